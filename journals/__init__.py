@@ -1,0 +1,58 @@
+"""Journals: the event model, its codec, and append-only journal files (writers and readers).
+
+This package imports nothing else of provrepo, and nothing heavy: Spark Python workers import it.
+"""
+
+from ._codec import EventsPayload, decode_event
+from ._columns import IntColumn
+from ._ids import (
+    MAX_CAPTURE_POINT,
+    MAX_PARTITION,
+    MAX_POSITION,
+    pack_record_id,
+    record_id_base,
+    unpack_record_id,
+    unpack_record_ids,
+)
+from ._model import EventType, LineageBatch, Location, ProvenanceEvent
+from ._reader import Frame, JournalProblem, JournalReader
+from ._writer import (
+    OPEN_SUFFIX,
+    SEALED_SUFFIX,
+    SYNC_POLICIES,
+    JournalError,
+    JournalWriter,
+    WriterSpec,
+    fsync_dir,
+    host_tag,
+    journal_name,
+)
+
+__all__ = [
+    "MAX_CAPTURE_POINT",
+    "MAX_PARTITION",
+    "MAX_POSITION",
+    "OPEN_SUFFIX",
+    "SEALED_SUFFIX",
+    "SYNC_POLICIES",
+    "EventType",
+    "EventsPayload",
+    "Frame",
+    "IntColumn",
+    "JournalError",
+    "JournalProblem",
+    "JournalReader",
+    "JournalWriter",
+    "LineageBatch",
+    "Location",
+    "ProvenanceEvent",
+    "WriterSpec",
+    "decode_event",
+    "fsync_dir",
+    "host_tag",
+    "journal_name",
+    "pack_record_id",
+    "record_id_base",
+    "unpack_record_id",
+    "unpack_record_ids",
+]

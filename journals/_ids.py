@@ -1,0 +1,49 @@
+"""Record ids: (capture point, partition, position) packed into one non-negative int64.
+
+A trace hop is then arithmetic and array lookups, never string matching. Layout (high to low):
+14 bits capture point, 18 bits partition, 31 bits position (63 bits, sign bit clear).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+CP_BITS, PARTITION_BITS, POSITION_BITS = 14, 18, 31
+MAX_CAPTURE_POINT = (1 << CP_BITS) - 1
+MAX_PARTITION = (1 << PARTITION_BITS) - 1
+MAX_POSITION = (1 << POSITION_BITS) - 1
+_PART_SHIFT = POSITION_BITS
+_CP_SHIFT = POSITION_BITS + PARTITION_BITS
+
+
+def pack_record_id(capture_point: int, partition: int, position: int) -> int:
+    """The record id of `position` in `partition` at `capture_point`; raises if out of range."""
+    if not 0 <= capture_point <= MAX_CAPTURE_POINT:
+        raise ValueError(f"capture point {capture_point} out of range 0..{MAX_CAPTURE_POINT}")
+    if not 0 <= partition <= MAX_PARTITION:
+        raise ValueError(f"partition {partition} out of range 0..{MAX_PARTITION}")
+    if not 0 <= position <= MAX_POSITION:
+        raise ValueError(f"position {position} out of range 0..{MAX_POSITION}")
+    return (capture_point << _CP_SHIFT) | (partition << _PART_SHIFT) | position
+
+
+def unpack_record_id(record_id: int) -> tuple[int, int, int]:
+    """(capture point, partition, position) of a record id."""
+    if record_id < 0:
+        raise ValueError(f"record id {record_id} is negative")
+    return (
+        record_id >> _CP_SHIFT,
+        (record_id >> _PART_SHIFT) & MAX_PARTITION,
+        record_id & MAX_POSITION,
+    )
+
+
+def record_id_base(capture_point: int, partition: int) -> int:
+    """The id of position 0: ids of a partition's records are base + position."""
+    return pack_record_id(capture_point, partition, 0)
+
+
+def unpack_record_ids(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Vectorized `unpack_record_id` over an int64 array."""
+    ids = np.asarray(ids, dtype=np.int64)
+    return ids >> _CP_SHIFT, (ids >> _PART_SHIFT) & MAX_PARTITION, ids & MAX_POSITION

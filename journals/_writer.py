@@ -1,0 +1,199 @@
+"""Journal writers: append pre-encoded frames to one file; seal = flush + fsync + atomic rename.
+
+One writer per file and no locks shared between processes: every writer (a Spark Python worker,
+the driver's pool) creates its own uniquely named file in a container chosen round-robin.
+An open journal ends in `.journal.open`; sealing renames it to `.journal`, which is the moment
+it becomes durable and visible to the repository's rollover.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+import re
+import socket
+import time
+from collections.abc import Iterable, Sequence
+from typing import Literal
+
+import msgspec
+
+from ._codec import FILE_HEADER, KIND_BATCH, KIND_EVENTS, frame_header
+from ._model import LineageBatch, ProvenanceEvent
+
+SyncPolicy = Literal["seal", "batch", "none"]
+SYNC_POLICIES: tuple[str, ...] = ("seal", "batch", "none")
+OPEN_SUFFIX = ".journal.open"
+SEALED_SUFFIX = ".journal"
+
+
+def host_tag(hostname: str | None = None) -> str:
+    """The host part of journal names: the hostname with only name-safe characters."""
+    name = socket.gethostname() if hostname is None else hostname
+    return re.sub(r"[^A-Za-z0-9_.]", "_", name)[:40] or "host"
+
+
+_host = host_tag()
+_seq = itertools.count()
+_rr = itertools.count(os.getpid())
+
+
+class JournalError(OSError):
+    """A journal could not be written (no space, permissions, writer already sealed...)."""
+
+
+class WriterSpec(msgspec.Struct, frozen=True):
+    """Everything a process needs to write journals into a repository: small and picklable."""
+
+    containers: list[str]
+    sync: str = "seal"
+    journals_per_container: int = 1
+
+
+def fsync_dir(path: str) -> None:
+    """fsync a directory so a rename inside it is durable."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def journal_name(tag: str = "") -> str:
+    """A journal name unique across processes and hosts; sorts in order of creation."""
+    pid = os.getpid()
+    suffix = f"-{re.sub(r'[^A-Za-z0-9_]', '_', tag)[:32]}" if tag else ""
+    return f"{time.time_ns():020d}-{_host}-{pid}-{next(_seq):06d}{suffix}"
+
+
+class JournalWriter:
+    """Appends rich events and lineage batches to one journal file, then seals it.
+
+    Use `JournalWriter.open(spec)`; `append(...)` any number of times; `seal()`. Used as a
+    context manager it seals on success and discards the journal on an exception (an unsealed
+    journal is never merged, so a failed Spark task attempt leaves no lineage).
+    """
+
+    def __init__(self, path: str, sync: str = "seal") -> None:
+        if sync not in SYNC_POLICIES:
+            raise ValueError(f"sync must be one of {', '.join(SYNC_POLICIES)}; got {sync!r}")
+        if not path.endswith(OPEN_SUFFIX):
+            raise ValueError(f"an open journal's name ends in {OPEN_SUFFIX}: {path}")
+        self.path = path
+        self.sealed_path = path[: -len(OPEN_SUFFIX)] + SEALED_SUFFIX
+        self.sync = sync
+        self.frames = 0
+        self.records = 0
+        self.bytes_written = 0
+        self._enc = msgspec.msgpack.Encoder()
+        self._buf = bytearray()
+        self._state = "open"
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            self._file = os.fdopen(fd, "wb", buffering=1 << 20)
+            self._file.write(FILE_HEADER)
+        except OSError as e:
+            raise JournalError(e.errno, f"cannot create journal {path}: {e.strerror}") from e
+        self.bytes_written = len(FILE_HEADER)
+
+    @classmethod
+    def open(cls, spec: WriterSpec, tag: str = "") -> JournalWriter:
+        """A new journal in the next container (round-robin), named uniquely."""
+        if not spec.containers:
+            raise ValueError("writer spec has no containers")
+        container = spec.containers[next(_rr) % len(spec.containers)]
+        return cls(os.path.join(container, journal_name(tag) + OPEN_SUFFIX), spec.sync)
+
+    # -- appending ---------------------------------------------------------------------------
+
+    def append(self, items: Sequence[ProvenanceEvent] | LineageBatch) -> None:
+        """Append a list of events (one frame) or a lineage batch (one frame)."""
+        if isinstance(items, LineageBatch):
+            self.append_batch(items)
+        else:
+            self.append_events(items)
+
+    def append_events(self, events: Iterable[ProvenanceEvent]) -> None:
+        """Append rich events as one frame."""
+        events = events if isinstance(events, list) else list(events)
+        if not events:
+            return
+        times = [e.event_time_ns for e in events]
+        buf = self._buf
+        buf.clear()
+        buf += KIND_EVENTS
+        self._enc.encode_into((min(times), max(times), events), buf, 1)
+        self._write_frame(buf, len(events))
+
+    def append_batch(self, batch: LineageBatch) -> None:
+        """Append a columnar lineage batch as one frame."""
+        buf = self._buf
+        buf.clear()
+        buf += KIND_BATCH
+        self._enc.encode_into(batch, buf, 1)
+        self._write_frame(buf, len(batch))
+
+    def _write_frame(self, payload: bytearray, records: int) -> None:
+        self._check_open()
+        try:
+            self._file.write(frame_header(payload))
+            self._file.write(payload)
+            if self.sync == "batch":
+                self._file.flush()
+                os.fsync(self._file.fileno())
+        except OSError as e:
+            self._state = "broken"
+            raise JournalError(e.errno, f"cannot write journal {self.path}: {e.strerror}") from e
+        self.frames += 1
+        self.records += records
+        self.bytes_written += 16 + len(payload)
+
+    def _check_open(self) -> None:
+        if self._state != "open":
+            raise JournalError(f"journal {self.path} is {self._state}; it takes no more appends")
+
+    # -- ending ------------------------------------------------------------------------------
+
+    def seal(self) -> str:
+        """Flush, fsync (unless sync="none"), and atomically rename: the journal is durable."""
+        self._check_open()
+        try:
+            self._file.flush()
+            if self.sync != "none":
+                os.fsync(self._file.fileno())
+            self._file.close()
+            os.rename(self.path, self.sealed_path)
+            if self.sync != "none":
+                fsync_dir(os.path.dirname(self.sealed_path) or ".")
+        except OSError as e:
+            self._state = "broken"
+            raise JournalError(e.errno, f"cannot seal journal {self.path}: {e.strerror}") from e
+        self._state = "sealed"
+        return self.sealed_path
+
+    def abort(self) -> None:
+        """Discard an unsealed journal (its records are never merged)."""
+        if self._state in ("sealed", "aborted"):
+            return
+        self._state = "aborted"
+        with contextlib.suppress(OSError):  # being removed anyway: a failed flush cannot matter
+            self._file.close()
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.path)
+
+    @property
+    def is_open(self) -> bool:
+        return self._state == "open"
+
+    def __enter__(self) -> JournalWriter:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None and self._state == "open":
+            self.seal()
+        else:
+            self.abort()
+
+    def __repr__(self) -> str:
+        return f"JournalWriter({self.path!r}, {self._state}, frames={self.frames})"
