@@ -1,0 +1,24 @@
+"""The embedded provenance repository: rollover, event logs with tables of contents, lookup,
+export, recovery and the CLI."""
+
+from ._config import RepositoryConfig, parse_duration, parse_size
+from ._errors import BadInput, ConfigError, NotFound, RepositoryError, RepositoryLocked
+from ._export import ExportBatch, ExportCursor
+from ._repository import ProvenanceRepository, RolloverStats
+from ._rollover import RolloverError
+
+__all__ = [
+    "BadInput",
+    "ConfigError",
+    "ExportBatch",
+    "ExportCursor",
+    "NotFound",
+    "ProvenanceRepository",
+    "RepositoryConfig",
+    "RepositoryError",
+    "RepositoryLocked",
+    "RolloverError",
+    "RolloverStats",
+    "parse_duration",
+    "parse_size",
+]

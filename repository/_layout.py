@@ -1,0 +1,70 @@
+"""Where things live inside a repository directory."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+LOG_SUFFIX = ".prov"
+TOC_SUFFIX = ".toc"
+TMP_SUFFIX = ".tmp"
+
+
+@dataclass(frozen=True)
+class Layout:
+    root: str
+
+    @property
+    def config(self) -> str:
+        return os.path.join(self.root, "repository.json")
+
+    @property
+    def lock(self) -> str:
+        return os.path.join(self.root, "owner.lock")
+
+    @property
+    def logs(self) -> str:
+        return os.path.join(self.root, "logs")
+
+    @property
+    def state(self) -> str:
+        return os.path.join(self.root, "state")
+
+    @property
+    def index(self) -> str:
+        return os.path.join(self.root, "index")
+
+    @property
+    def quarantine(self) -> str:
+        return os.path.join(self.root, "quarantine")
+
+    @property
+    def id_high_water(self) -> str:
+        return os.path.join(self.state, "next_event_id")
+
+    @property
+    def cursors(self) -> str:
+        return os.path.join(self.state, "cursors")
+
+    def log_path(self, first_id: int) -> str:
+        return os.path.join(self.logs, f"{first_id}{LOG_SUFFIX}")
+
+    def toc_path(self, first_id: int) -> str:
+        return os.path.join(self.logs, f"{first_id}{TOC_SUFFIX}")
+
+
+def write_atomic(path: str, data: bytes, sync: bool = True) -> None:
+    """Write a small file so readers see the old or the new content, never a mix."""
+    tmp = path + TMP_SUFFIX
+    with open(tmp, "wb") as f:
+        f.write(data)
+        if sync:
+            f.flush()
+            os.fsync(f.fileno())
+    os.replace(tmp, path)
+    if sync:
+        fd = os.open(os.path.dirname(path) or ".", os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)

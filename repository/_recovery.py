@@ -1,0 +1,208 @@
+"""Recovery when a repository is opened by its owner, and rebuilding a lost table of contents.
+
+A crash can leave: temporary log/toc files (rollover not committed: delete them, the journals
+are still there and are merged again with the same ids); a toc without its log (the log's
+rename is the commit point: delete the toc); a committed log whose journals were not all
+deleted yet (delete them now: their events are in the log); journals of writers that died
+before sealing (never merged; removed when their process is known to be gone).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass, field
+
+from journals import OPEN_SUFFIX, fsync_dir, host_tag
+
+from ._blocks import BLOCK_HEADER, BatchSlice, EventRun, decode_block
+from ._eventlog import read_log_header
+from ._layout import LOG_SUFFIX, TMP_SUFFIX, TOC_SUFFIX, Layout, write_atomic
+from ._rollover import open_journals, pid_alive, sealed_journals
+from ._store import LogStore
+from ._toc import TOC_VERSION, BatchRef, Toc, encode_toc
+
+log = logging.getLogger("provrepo.repository")
+
+
+@dataclass
+class RecoveryReport:
+    temp_files_removed: list[str] = field(default_factory=list)
+    orphan_tocs_removed: list[str] = field(default_factory=list)
+    tocs_rebuilt: list[str] = field(default_factory=list)
+    merged_journals_removed: list[str] = field(default_factory=list)
+    abandoned_journals_removed: list[str] = field(default_factory=list)
+
+    @property
+    def anything(self) -> bool:
+        return any(
+            (
+                self.temp_files_removed,
+                self.orphan_tocs_removed,
+                self.tocs_rebuilt,
+                self.merged_journals_removed,
+                self.abandoned_journals_removed,
+            )
+        )
+
+
+def recover(layout: Layout, containers: list[str], store: LogStore) -> RecoveryReport:
+    rep = RecoveryReport()
+    for d in (layout.logs, layout.state):
+        for name in _listdir(d):
+            if name.endswith(TMP_SUFFIX):
+                os.unlink(os.path.join(d, name))
+                rep.temp_files_removed.append(name)
+    names = set(_listdir(layout.logs))
+    for name in sorted(names):
+        stem = name.rsplit(".", 1)[0]
+        if name.endswith(TOC_SUFFIX) and f"{stem}{LOG_SUFFIX}" not in names:
+            os.unlink(os.path.join(layout.logs, name))
+            rep.orphan_tocs_removed.append(name)
+        elif name.endswith(LOG_SUFFIX) and f"{stem}{TOC_SUFFIX}" not in names:
+            path = os.path.join(layout.logs, name)
+            toc = rebuild_toc(path)
+            write_atomic(path[: -len(LOG_SUFFIX)] + TOC_SUFFIX, encode_toc(toc))
+            rep.tocs_rebuilt.append(name)
+            log.warning("event log %s had no table of contents; rebuilt it from its blocks", path)
+    if rep.temp_files_removed or rep.orphan_tocs_removed:
+        fsync_dir(layout.logs)
+    store.scan()
+
+    merged = {j for toc in store.tocs() for j in toc.journals}
+    dirs = set()
+    for path in sealed_journals(containers):
+        if os.path.basename(path) in merged:
+            os.unlink(path)
+            rep.merged_journals_removed.append(path)
+            dirs.add(os.path.dirname(path))
+    rep.abandoned_journals_removed = remove_abandoned(containers)
+    for d in dirs:
+        fsync_dir(d)
+    if rep.anything:
+        log.info("recovery of %s: %s", layout.root, rep)
+    return rep
+
+
+def remove_abandoned(containers: list[str]) -> list[str]:
+    """Delete open journals whose writer (on this host) is dead: they can never be sealed."""
+    host = host_tag()
+    removed = []
+    for path in open_journals(containers):
+        parts = os.path.basename(path)[: -len(OPEN_SUFFIX)].split("-")
+        if len(parts) < 4 or not parts[2].isdigit():
+            continue
+        if parts[1] == host and not pid_alive(int(parts[2])):
+            try:
+                os.unlink(path)
+                removed.append(path)
+            except FileNotFoundError:
+                continue
+    return removed
+
+
+def rebuild_toc(path: str) -> Toc:
+    """Re-derive a log's table of contents by walking its blocks (slow; only after damage)."""
+    with open(path, "rb") as f:
+        header, pos = read_log_header(f)
+        f.seek(0, os.SEEK_END)
+        size = f.tell()
+        offsets, firsts, mins, maxs = [], [], [], []
+        batches: list[BatchRef] = []
+        rich = 0
+        next_id = header.first_id
+        while pos < size:
+            head = os.pread(f.fileno(), BLOCK_HEADER.size, pos)
+            length, _ = BLOCK_HEADER.unpack(head)
+            framed = os.pread(f.fileno(), BLOCK_HEADER.size + length, pos)
+            entries = decode_block(framed, f"{path} @{pos}")
+            lo = hi = None
+            for e in entries:
+                if isinstance(e, EventRun):
+                    evs = [e.event(e.first_id + k) for k in range(e.count)]
+                    times = [ev.event_time_ns for ev in evs]
+                    rich += e.count
+                else:
+                    assert isinstance(e, BatchSlice)
+                    times = [e.batch.event_time_ns]
+                    _extend_batches(batches, e)
+                lo = min([*times, lo] if lo is not None else times)
+                hi = max([*times, hi] if hi is not None else times)
+                next_id = e.first_id + e.count
+            offsets.append(pos)
+            firsts.append(entries[0].first_id if entries else next_id)
+            mins.append(lo or 0)
+            maxs.append(hi or 0)
+            pos += BLOCK_HEADER.size + length
+    return Toc(
+        version=TOC_VERSION,
+        first_id=header.first_id,
+        next_id=next_id,
+        created_ns=header.created_ns,
+        min_time_ns=min(mins) if mins else 0,
+        max_time_ns=max(maxs) if maxs else 0,
+        prov_size=size,
+        journals=header.journals,
+        block_offsets=offsets,
+        block_first_ids=firsts,
+        block_min_time_ns=mins,
+        block_max_time_ns=maxs,
+        batches=batches,
+        rich_events=rich,
+    )
+
+
+def _extend_batches(batches: list[BatchRef], e: BatchSlice) -> None:
+    """Merge consecutive slices of one batch back into one directory row."""
+    b = e.batch
+    rid = b.record_ids
+    step = rid.width if rid.codec == 0 else 0
+    start = rid.base if rid.codec == 0 else int(rid.to_array().min())
+    prev = batches[-1] if batches else None
+    if (
+        prev is not None
+        and prev.run_id == b.run_id
+        and prev.component_id == b.component_id
+        and prev.partition == b.partition
+        and prev.attempt == b.attempt
+        and prev.first_event_id + prev.count == e.first_id
+        and step != 0
+        and prev.record_step == step
+        and prev.record_start + prev.count * step == start
+    ):
+        batches[-1] = BatchRef(
+            prev.run_id,
+            prev.component_id,
+            prev.component_type,
+            prev.event_type,
+            prev.partition,
+            prev.attempt,
+            prev.first_event_id,
+            prev.count + len(b),
+            prev.record_start,
+            step,
+            prev.associations + b.association_count,
+        )
+        return
+    batches.append(
+        BatchRef(
+            b.run_id,
+            b.component_id,
+            b.component_type,
+            b.event_type.value,
+            b.partition,
+            b.attempt,
+            e.first_id,
+            len(b),
+            start,
+            step,
+            b.association_count,
+        )
+    )
+
+
+def _listdir(d: str) -> list[str]:
+    try:
+        return os.listdir(d)
+    except FileNotFoundError:
+        return []
