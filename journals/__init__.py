@@ -3,8 +3,9 @@
 This package imports nothing else of provrepo, and nothing heavy: Spark Python workers import it.
 """
 
-from ._codec import EventsPayload, decode_event
+from ._codec import EventsPayload, decode_event, decode_events
 from ._columns import IntColumn
+from ._gc import gc_paused
 from ._ids import (
     MAX_CAPTURE_POINT,
     MAX_PARTITION,
@@ -48,7 +49,9 @@ __all__ = [
     "ProvenanceEvent",
     "WriterSpec",
     "decode_event",
+    "decode_events",
     "fsync_dir",
+    "gc_paused",
     "host_tag",
     "journal_name",
     "pack_record_id",

@@ -3,8 +3,9 @@
 File:    b"PRVJ" version(u8) 3 reserved bytes, then frames.
 Frame:   magic(u32) payload_len(u32) payload_crc32(u32) header_crc32(u32), then the payload.
 Payload: one kind byte, then msgpack:
-           b"E": [min_event_time_ns, max_event_time_ns, [event, ...]]  (rich events)
-           b"B": LineageBatch                                          (columnar lineage)
+           b"E": EventsPayload: time bounds, (count+1) u32 offsets, and the events as one
+                 msgpack array (decodable in one call; event k is data[offsets[k]:offsets[k+1]])
+           b"B": LineageBatch (columnar lineage)
 
 The header has its own checksum so a reader can tell a torn or damaged header (resync by
 scanning for the next magic) from a damaged payload (skip exactly that frame).
@@ -13,9 +14,12 @@ scanning for the next magic) from a damaged payload (skip exactly that frame).
 from __future__ import annotations
 
 import struct
+import sys
 import zlib
+from array import array
 
 import msgspec
+import numpy as np
 
 from ._model import LineageBatch, ProvenanceEvent
 
@@ -29,9 +33,11 @@ MAX_FRAME_PAYLOAD = 1 << 30
 KIND_EVENTS = b"E"
 KIND_BATCH = b"B"
 
-_RAW_EVENTS = msgspec.msgpack.Decoder(tuple[int, int, list[msgspec.Raw]])
+LIST_HEAD = struct.Struct(">BI")  # msgpack array32 header
+
 _BATCH = msgspec.msgpack.Decoder(LineageBatch)
 _EVENT = msgspec.msgpack.Decoder(ProvenanceEvent)
+_EVENT_LIST = msgspec.msgpack.Decoder(list[ProvenanceEvent])
 
 
 def frame_header(payload: bytes | bytearray | memoryview) -> bytes:
@@ -48,16 +54,43 @@ def parse_frame_header(buf: bytes | memoryview) -> tuple[int, int] | None:
     return length, crc
 
 
-class EventsPayload(msgspec.Struct, gc=False):
-    """A decoded rich-events frame: event bytes kept encoded (`Raw`) until someone needs them."""
+class EventsPayload(msgspec.Struct, array_like=True, gc=False):
+    """A rich-events frame. The writer records each event's offset as it encodes it, so
+    rollover can cut and copy runs of events into blocks without decoding any of them."""
 
     min_time_ns: int
     max_time_ns: int
-    events: list[msgspec.Raw]
+    offsets: bytes  # (count+1) little-endian u32 into data
+    data: bytes  # msgpack array32 header + the encoded events
+
+    @property
+    def count(self) -> int:
+        return len(self.offsets) // 4 - 1
+
+    def offsets_array(self) -> np.ndarray:
+        return np.frombuffer(self.offsets, dtype="<u4")
 
     def decode(self) -> list[ProvenanceEvent]:
-        dec = _EVENT.decode
-        return [dec(r) for r in self.events]
+        return _EVENT_LIST.decode(self.data)
+
+
+def encode_events(encoder: msgspec.msgpack.Encoder, events: list[ProvenanceEvent]) -> bytes:
+    """The body of a rich-events frame (one `encode_into` per event, offsets recorded)."""
+    data = bytearray(LIST_HEAD.pack(0xDD, len(events)))
+    offsets = array("I")
+    add = offsets.append
+    enc = encoder.encode_into
+    for ev in events:
+        add(len(data))
+        enc(ev, data, -1)
+    add(len(data))
+    times = [e.event_time_ns for e in events]
+    if sys.byteorder != "little":
+        offsets.byteswap()
+    return encoder.encode(EventsPayload(min(times), max(times), offsets.tobytes(), bytes(data)))
+
+
+_EVENTS = msgspec.msgpack.Decoder(EventsPayload)
 
 
 def decode_payload(payload: bytes | memoryview) -> EventsPayload | LineageBatch:
@@ -65,13 +98,17 @@ def decode_payload(payload: bytes | memoryview) -> EventsPayload | LineageBatch:
     kind = bytes(payload[:1])
     body = payload[1:]
     if kind == KIND_EVENTS:
-        lo, hi, raws = _RAW_EVENTS.decode(body)
-        return EventsPayload(lo, hi, raws)
+        return _EVENTS.decode(body)
     if kind == KIND_BATCH:
         return _BATCH.decode(body)
     raise ValueError(f"unknown frame kind {kind!r}")
 
 
-def decode_event(raw: bytes | msgspec.Raw) -> ProvenanceEvent:
+def decode_event(raw: bytes | memoryview) -> ProvenanceEvent:
     """Decode one encoded `ProvenanceEvent`."""
     return _EVENT.decode(raw)
+
+
+def decode_events(data: bytes | memoryview) -> list[ProvenanceEvent]:
+    """Decode a msgpack array of encoded `ProvenanceEvent`s in one call."""
+    return _EVENT_LIST.decode(data)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import enum
 import itertools
-from collections.abc import Iterator
+from itertools import repeat
 
 import msgspec
 import numpy as np
@@ -45,7 +45,7 @@ class Location(msgspec.Struct, array_like=True, gc=False, frozen=True):
     length: int = -1
 
 
-class ProvenanceEvent(msgspec.Struct, array_like=True, gc=False, kw_only=True):
+class ProvenanceEvent(msgspec.Struct, array_like=True, gc=False):
     """One provenance event about one record. `event_id` is 0 until the repository assigns it."""
 
     event_time_ns: int
@@ -297,53 +297,54 @@ class LineageBatch(msgspec.Struct, array_like=True, gc=False, kw_only=True):
         """Record i as a per-record `ProvenanceEvent` (one record of a batch is one event)."""
         return self.events(event_id - i if event_id else 0, i, i + 1)[0]
 
-    def events(self, first_event_id: int = 0, start: int = 0, stop: int | None = None):
-        """Records [start, stop) as `ProvenanceEvent`s; record i gets first_event_id + i."""
-        return list(self.iter_events(first_event_id, start, stop))
-
-    def iter_events(
+    def events(
         self, first_event_id: int = 0, start: int = 0, stop: int | None = None
-    ) -> Iterator[ProvenanceEvent]:
-        """Lazily materialize records [start, stop) as events (columns decoded once)."""
+    ) -> list[ProvenanceEvent]:
+        """Records [start, stop) as `ProvenanceEvent`s; record i gets id first_event_id + i.
+
+        Built in bulk: columns decoded once, events constructed by `map` over columns, each
+        with its own parent list and attribute dict (events are mutable and independent).
+        """
         n = len(self)
         stop = n if stop is None else min(stop, n)
-        if start >= stop:
-            return
+        start = max(0, start)
+        k = stop - start
+        if k <= 0:
+            return []
         ids = self.record_ids.to_array()[start:stop].tolist()
-        parents: list[list[int]] | None = None
         if self.parent_ids is not None:
             starts = self.parent_starts()
             flat = self.parent_ids.to_array()[starts[start] : starts[stop]].tolist()
-            bounds = (starts[start : stop + 1] - starts[start]).tolist()
-            parents = [flat[bounds[k] : bounds[k + 1]] for k in range(stop - start)]
-        locs: list[Location | None] | None = None
+            b = (starts[start : stop + 1] - starts[start]).tolist()
+            parents = [flat[x:y] for x, y in itertools.pairwise(b)]
+        else:
+            parents = [[] for _ in range(k)]
         if self.offsets is not None:
             uri = self.location.uri if self.location is not None else ""
             offs = self.offsets.to_array()[start : stop + 1].tolist()
-            locs = [Location(uri, offs[k], offs[k + 1] - offs[k]) for k in range(stop - start)]
-        proto = ProvenanceEvent(
-            event_time_ns=self.event_time_ns,
-            event_type=self.event_type,
-            run_id=self.run_id,
-            component_id=self.component_id,
-            component_type=self.component_type,
-            partition=self.partition,
-            attempt=self.attempt,
-            record_id=0,
-            parent_ids=[],
-            attributes={},
-            location=self.location if locs is None else None,
-            details=self.details,
-        )
-        replace = msgspec.structs.replace
+            locs = [Location(uri, x, y - x) for x, y in itertools.pairwise(offs)]
+        else:
+            locs = repeat(self.location, k)
         attrs = self.attributes
-        base = first_event_id + start if first_event_id else 0
-        for k in range(stop - start):
-            yield replace(
-                proto,
-                record_id=ids[k],
-                parent_ids=parents[k] if parents is not None else [],
-                attributes=dict(attrs) if attrs else {},
-                location=locs[k] if locs is not None else proto.location,
-                event_id=base + k if base else 0,
+        attributes = [dict(attrs) for _ in range(k)] if attrs else [{} for _ in range(k)]
+        eids = (
+            range(first_event_id + start, first_event_id + stop) if first_event_id else repeat(0, k)
+        )
+        return list(
+            map(
+                ProvenanceEvent,
+                repeat(self.event_time_ns, k),
+                repeat(self.event_type, k),
+                repeat(self.run_id, k),
+                repeat(self.component_id, k),
+                repeat(self.component_type, k),
+                repeat(self.partition, k),
+                repeat(self.attempt, k),
+                ids,
+                parents,
+                attributes,
+                locs,
+                repeat(self.details, k),
+                eids,
             )
+        )

@@ -54,7 +54,7 @@ class Frame:
     @property
     def records(self) -> int:
         p = self.payload
-        return len(p.events) if isinstance(p, EventsPayload) else len(p)
+        return p.count if isinstance(p, EventsPayload) else len(p)
 
     def events(self) -> list[ProvenanceEvent]:
         """The frame's records as per-record events (event ids not yet assigned: 0)."""

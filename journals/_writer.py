@@ -19,7 +19,7 @@ from typing import Literal
 
 import msgspec
 
-from ._codec import FILE_HEADER, KIND_BATCH, KIND_EVENTS, frame_header
+from ._codec import FILE_HEADER, KIND_BATCH, KIND_EVENTS, encode_events, frame_header
 from ._model import LineageBatch, ProvenanceEvent
 
 SyncPolicy = Literal["seal", "batch", "none"]
@@ -119,12 +119,7 @@ class JournalWriter:
         events = events if isinstance(events, list) else list(events)
         if not events:
             return
-        times = [e.event_time_ns for e in events]
-        buf = self._buf
-        buf.clear()
-        buf += KIND_EVENTS
-        self._enc.encode_into((min(times), max(times), events), buf, 1)
-        self._write_frame(buf, len(events))
+        self._write_frame(KIND_EVENTS + encode_events(self._enc, events), len(events))
 
     def append_batch(self, batch: LineageBatch) -> None:
         """Append a columnar lineage batch as one frame."""
@@ -134,7 +129,7 @@ class JournalWriter:
         self._enc.encode_into(batch, buf, 1)
         self._write_frame(buf, len(batch))
 
-    def _write_frame(self, payload: bytearray, records: int) -> None:
+    def _write_frame(self, payload: bytes | bytearray, records: int) -> None:
         self._check_open()
         try:
             self._file.write(frame_header(payload))

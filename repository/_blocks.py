@@ -13,40 +13,77 @@ import struct
 import threading
 import zlib
 from bisect import bisect_right
-from collections.abc import Iterator
 
 import msgspec
+import numpy as np
 import zstandard
 
-from journals import LineageBatch, ProvenanceEvent, decode_event
+from journals import LineageBatch, ProvenanceEvent, decode_event, decode_events
 
 from ._errors import RepositoryError
 
 BLOCK_HEADER = struct.Struct("<II")
+_LIST_HEAD = struct.Struct(">BI")  # msgpack array32 header
 MAX_BLOCK = 1 << 30
 
 
 class EventRun(msgspec.Struct, tag=1, array_like=True, gc=False):
+    """Consecutive rich events. `data` is a msgpack array (5-byte header + the events exactly as
+    journaled), so a bulk read decodes it in one call; `lengths` (u16 or u32 per event, whichever
+    `width` says) lets a point lookup decode just one event."""
+
     first_id: int
-    events: list[msgspec.Raw]
+    width: int
+    lengths: bytes
+    data: bytes
+
+    @classmethod
+    def cut(cls, first_id: int, data: bytes, offsets: np.ndarray, i: int, j: int) -> EventRun:
+        """Events i..j-1 of a journal frame (`offsets` as the frame recorded them)."""
+        lens = np.diff(offsets[i : j + 1])
+        width = 2 if int(lens.max()) < 65536 else 4
+        body = data[int(offsets[i]) : int(offsets[j])]
+        return cls(first_id, width, lens.astype(f"<u{width}").tobytes(), _array_head(j - i) + body)
+
+    def _offsets(self) -> np.ndarray:
+        offs = np.empty(self.count + 1, dtype=np.int64)
+        offs[0] = _LIST_HEAD.size
+        np.cumsum(np.frombuffer(self.lengths, dtype=f"<u{self.width}"), out=offs[1:])
+        offs[1:] += _LIST_HEAD.size
+        return offs
 
     @property
     def count(self) -> int:
-        return len(self.events)
+        return len(self.lengths) // self.width
 
     def event(self, event_id: int) -> ProvenanceEvent:
-        ev = decode_event(self.events[event_id - self.first_id])
+        k = event_id - self.first_id
+        offs = self._offsets()
+        ev = decode_event(memoryview(self.data)[offs[k] : offs[k + 1]])
         ev.event_id = event_id
         return ev
 
-    def iter_events(self, start_id: int, stop_id: int) -> Iterator[ProvenanceEvent]:
-        first = self.first_id
-        lo, hi = max(0, start_id - first), min(len(self.events), stop_id - first)
-        dec = decode_event
-        for i in range(lo, hi):
-            ev = dec(self.events[i])
-            ev.event_id = first + i
-            yield ev
+    def events(self, start_id: int, stop_id: int) -> list[ProvenanceEvent]:
+        """Events with start_id <= id < stop_id (ids set), decoded in one call when most are."""
+        first, n = self.first_id, self.count
+        lo, hi = max(0, start_id - first), min(n, stop_id - first)
+        if lo >= hi:
+            return []
+        if hi - lo > n // 2:
+            events = decode_events(self.data)
+            if hi - lo != n:
+                events = events[lo:hi]
+        else:
+            offs = self._offsets()
+            mv = memoryview(self.data)
+            events = [decode_event(mv[offs[k] : offs[k + 1]]) for k in range(lo, hi)]
+        for k, ev in enumerate(events, first + lo):
+            ev.event_id = k
+        return events
+
+
+def _array_head(n: int) -> bytes:
+    return _LIST_HEAD.pack(0xDD, n)
 
 
 class BatchSlice(msgspec.Struct, tag=2, array_like=True, gc=False):
@@ -60,9 +97,9 @@ class BatchSlice(msgspec.Struct, tag=2, array_like=True, gc=False):
     def event(self, event_id: int) -> ProvenanceEvent:
         return self.batch.event(event_id - self.first_id, event_id)
 
-    def iter_events(self, start_id: int, stop_id: int) -> Iterator[ProvenanceEvent]:
+    def events(self, start_id: int, stop_id: int) -> list[ProvenanceEvent]:
         first = self.first_id
-        return self.batch.iter_events(first, max(0, start_id - first), stop_id - first)
+        return self.batch.events(first, max(0, start_id - first), stop_id - first)
 
 
 Entry = EventRun | BatchSlice

@@ -13,16 +13,14 @@ import os
 import struct
 import time
 import zlib
-from bisect import bisect_right
 from collections import deque
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from itertools import accumulate
 
 import msgspec
 import numpy as np
 
-from journals import LineageBatch, ProvenanceEvent, fsync_dir
+from journals import EventsPayload, LineageBatch, ProvenanceEvent, fsync_dir
 
 from ._blocks import (
     BLOCK_HEADER,
@@ -119,23 +117,27 @@ class LogWriter:
 
     # -- adding ------------------------------------------------------------------------------
 
-    def add_events(self, raws: list[msgspec.Raw], min_time_ns: int, max_time_ns: int) -> None:
-        """Append encoded rich events (ids assigned in order)."""
-        if not raws:
+    def add_events(self, payload: EventsPayload) -> None:
+        """Append a journal frame's rich events (ids assigned in order), copied, not decoded."""
+        n = payload.count
+        if n <= 0:
             return
-        ends = list(accumulate(len(r) + 1 for r in raws))
-        i, n = 0, len(raws)
+        offs = payload.offsets_array().astype(np.int64)
+        # Bytes of events [0, k] as they will sit in a block: the event plus its length entry.
+        ends = offs[1:] - offs[0] + 2 * np.arange(1, n + 1)
+        i = 0
         while i < n:
-            base = ends[i - 1] if i else 0
-            room = self.block_size - self._size
-            j = bisect_right(ends, base + room, lo=i)
-            if j == i:
+            base = int(ends[i - 1]) if i else 0
+            room = self.block_size - self._size - _ENTRY_OVERHEAD
+            j = int(np.searchsorted(ends, base + room, side="right"))
+            if j <= i:
                 if self._entries:
                     self._flush_block()
                     continue
                 j = i + 1  # one event larger than a block: it gets a block of its own
-            self._add_entry(EventRun(self.next_id, raws[i:j]), ends[j - 1] - base)
-            self._time(min_time_ns, max_time_ns)
+            run = EventRun.cut(self.next_id, payload.data, offs, i, j)
+            self._add_entry(run, int(ends[j - 1]) - base)
+            self._time(payload.min_time_ns, payload.max_time_ns)
             self.next_id += j - i
             self.rich_events += j - i
             i = j
@@ -319,8 +321,8 @@ class LogReader:
         e = entry_for(entries, event_id)
         return None if e is None else e.event(event_id)
 
-    def iter_events(self, start_id: int, stop_id: int, blocks=None) -> Iterator[ProvenanceEvent]:
-        """Events with start_id <= id < stop_id, ascending."""
+    def chunks(self, start_id: int, stop_id: int, blocks=None) -> Iterator[list[ProvenanceEvent]]:
+        """Events with start_id <= id < stop_id, ascending, one list per block entry."""
         start_id = max(start_id, self.first_id)
         stop_id = min(stop_id, self.next_id)
         if start_id >= stop_id:
@@ -334,7 +336,7 @@ class LogReader:
                     continue
                 if e.first_id >= stop_id:
                     break
-                yield from e.iter_events(start_id, stop_id)
+                yield e.events(start_id, stop_id)
 
     def close(self) -> None:
         if self._fd is not None:

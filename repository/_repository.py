@@ -21,6 +21,7 @@ from journals import (
     LineageBatch,
     ProvenanceEvent,
     WriterSpec,
+    gc_paused,
 )
 
 from ._config import RepositoryConfig
@@ -262,7 +263,8 @@ class ProvenanceRepository:
                 return 0
             first_id = self._ids.next_id
             try:
-                result = merge(self.layout, self.config, journals, first_id, self._registry)
+                with gc_paused():
+                    result = merge(self.layout, self.config, journals, first_id, self._registry)
             except RolloverError as e:
                 self.rollover_stats.last_error = str(e)
                 raise
@@ -352,19 +354,27 @@ class ProvenanceRepository:
         skipped: list[tuple[int, int]] = []
         expect = first_id
         if max_events:
-            for _, ev in self._store.iter_from(first_id):
-                if ev.event_id > expect:
-                    skipped.append((expect, ev.event_id))
-                events.append(ev)
-                expect = ev.event_id + 1
-                if len(events) >= max_events:
-                    break
+            with gc_paused():
+                self._collect(first_id, max_events, events, skipped)
+            if events:
+                expect = events[-1].event_id + 1
         if not events:
             end = max(first_id, min(self._store.next_id or first_id, self.max_event_id + 1))
             if end > first_id:
                 skipped.append((first_id, end))
             expect = max(expect, end)
         return ExportBatch(first_id, events, expect, skipped)
+
+    def _collect(self, first_id: int, max_events: int, events: list, skipped: list) -> None:
+        expect = first_id
+        for chunk in self._store.chunks_from(first_id):
+            if chunk[0].event_id > expect:
+                skipped.append((expect, chunk[0].event_id))
+            room = max_events - len(events)
+            events.extend(chunk if len(chunk) <= room else chunk[:room])
+            expect = events[-1].event_id + 1
+            if len(events) >= max_events:
+                return
 
     def cursor(self, name: str = "default") -> ExportCursor:
         """A named, persistent export cursor (exactly-once when committed after use)."""

@@ -126,7 +126,7 @@ def merge(
             for frame in reader:
                 p = frame.payload
                 if isinstance(p, EventsPayload):
-                    writer.add_events(p.events, p.min_time_ns, p.max_time_ns)
+                    writer.add_events(p)
                 elif registry.keep(p, pending):
                     writer.add_batch(p)
                 else:

@@ -139,8 +139,8 @@ class LogStore:
             self._vanished(reader)
             return None
 
-    def iter_from(self, first_id: int) -> Iterator[tuple[LogReader, ProvenanceEvent]]:
-        """Events with id >= first_id in id order, across logs; vanished logs are skipped."""
+    def chunks_from(self, first_id: int) -> Iterator[list[ProvenanceEvent]]:
+        """Events with id >= first_id in id order, in lists; vanished logs are skipped."""
         pos = first_id
         while True:
             with self._lock:
@@ -151,8 +151,7 @@ class LogStore:
                     return
                 reader = self._logs[self._firsts[i]]
             try:
-                for ev in reader.iter_events(pos, reader.next_id, self.block):
-                    yield reader, ev
+                yield from reader.chunks(pos, reader.next_id, self.block)
             except FileNotFoundError:
                 self._vanished(reader)
             pos = max(pos, reader.next_id)
