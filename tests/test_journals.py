@@ -1,0 +1,137 @@
+"""Journal model, columns, framing round trips."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import make_event
+from hypothesis import given
+from hypothesis import strategies as st
+
+from journals import (
+    EventType,
+    IntColumn,
+    JournalReader,
+    JournalWriter,
+    LineageBatch,
+    Location,
+    WriterSpec,
+    pack_record_id,
+    unpack_record_id,
+)
+
+
+@given(st.lists(st.integers(min_value=-(2**62), max_value=2**62), max_size=200))
+def test_int_column_round_trips_in_every_codec(values):
+    col = IntColumn.from_array(np.array(values, dtype=np.int64))
+    assert col.to_array().tolist() == values
+    assert col.compacted().to_array().tolist() == values
+    if len(values) > 3:
+        assert col.slice(1, 3).to_array().tolist() == values[1:3]
+
+
+def test_range_column_costs_no_data():
+    col = IntColumn.from_range(range(1000, 5000, 2))
+    assert col.data == b"" and col.to_array()[-1] == 4998
+
+
+@given(
+    st.integers(0, 2**14 - 1),
+    st.integers(0, 2**18 - 1),
+    st.integers(0, 2**31 - 1),
+)
+def test_record_ids_pack_and_unpack(cp, part, pos):
+    rid = pack_record_id(cp, part, pos)
+    assert rid >= 0
+    assert unpack_record_id(rid) == (cp, part, pos)
+
+
+def test_record_id_out_of_range_fails_loud():
+    with pytest.raises(ValueError, match="partition"):
+        pack_record_id(0, 2**18, 0)
+
+
+def _batch(n=5, first=0):
+    return LineageBatch.build(
+        event_time_ns=123,
+        event_type=EventType.JOIN,
+        run_id="r",
+        component_id="reduceByKey#3",
+        component_type="reducer",
+        partition=2,
+        attempt=1,
+        record_ids=range(first, first + n),
+        parent_counts=np.arange(n) % 3,
+        parent_ids=np.arange(int((np.arange(n) % 3).sum())) * 7,
+        offsets=np.arange(n + 1) * 10,
+        values=[f"v{i}".encode() for i in range(n)],
+        attributes={"k": "v"},
+        location=Location("file:///x", 0, 100),
+    )
+
+
+def test_batch_records_become_per_record_events():
+    b = _batch()
+    evs = b.events(first_event_id=100)
+    assert [e.event_id for e in evs] == [100, 101, 102, 103, 104]
+    assert [e.parent_ids for e in evs] == [[], [0], [7, 14], [], [21]]
+    assert evs[2].location == Location("file:///x", 20, 10)
+    assert evs[3].attributes == {"k": "v"} and evs[3].attributes is not evs[4].attributes
+    assert b.value(3) == b"v3"
+    assert b.event(4, 104) == evs[4]
+
+
+def test_batch_split_equals_whole():
+    b = _batch(50)
+    parts = b.split([0, 7, 7, 31, 50])
+    assert [len(p) for p in parts] == [7, 0, 24, 19]
+    merged = [e for p in parts for e in p.compacted().events()]
+    assert merged == b.events()
+
+
+def test_batch_shape_errors_are_clear():
+    with pytest.raises(ValueError, match="parent_counts sum"):
+        LineageBatch.build(
+            event_time_ns=1,
+            event_type="JOIN",
+            run_id="r",
+            component_id="c",
+            component_type="t",
+            partition=0,
+            attempt=0,
+            record_ids=range(2),
+            parent_counts=np.array([1, 1]),
+            parent_ids=np.array([1]),
+        )
+
+
+def test_writer_reader_round_trip(tmp_path):
+    spec = WriterSpec([str(tmp_path)], sync="none")
+    events = [make_event(i) for i in range(100)]
+    with JournalWriter.open(spec) as w:
+        w.append(events[:60])
+        w.append(_batch())
+        w.append(events[60:])
+    path = w.sealed_path
+    assert path.endswith(".journal")
+    reader = JournalReader(path)
+    frames = reader.scan()
+    assert [f.records for f in frames] == [60, 5, 40]
+    got = [e for f in frames for e in f.events()]
+    assert got[:60] == events[:60] and got[65:] == events[60:]
+    assert reader.problems == []
+
+
+def test_writer_aborts_on_exception(tmp_path):
+    spec = WriterSpec([str(tmp_path)], sync="none")
+    with pytest.raises(RuntimeError), JournalWriter.open(spec) as w:
+        w.append([make_event(1)])
+        raise RuntimeError("task failed")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_sealed_writer_takes_no_more_appends(tmp_path):
+    w = JournalWriter.open(WriterSpec([str(tmp_path)], sync="none"))
+    w.seal()
+    with pytest.raises(OSError, match="sealed"):
+        w.append([make_event(1)])
