@@ -1,0 +1,43 @@
+"""Shared helpers for benchmarks: interleaved runs, medians, ratio printing.
+
+Every figure is a median of several runs, and every ratio compares two things measured in the
+same process, interleaved (A, B, A, B, ...), so machine noise hits both alike.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+
+
+def timed(fn: Callable[[], object]) -> tuple[float, object]:
+    t = time.perf_counter()
+    out = fn()
+    return time.perf_counter() - t, out
+
+
+def interleaved(fns: dict[str, Callable[[], object]], runs: int) -> dict[str, list[float]]:
+    """Run each function `runs` times, interleaved; seconds per run for each name."""
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(runs):
+        for name, fn in fns.items():
+            times[name].append(timed(fn)[0])
+    return times
+
+
+def median(xs: list[float]) -> float:
+    return statistics.median(xs)
+
+
+def percentile(xs: list[float], p: float) -> float:
+    s = sorted(xs)
+    if not s:
+        return float("nan")
+    k = min(len(s) - 1, max(0, round(p / 100 * (len(s) - 1))))
+    return s[k]
+
+
+def report(name: str, value: float, unit: str, goal: str = "", ratio: str = "") -> None:
+    """One aligned line of a benchmark report."""
+    print(f"  {name:<44} {value:>12,.3f} {unit:<10} {ratio:<28} {goal}", flush=True)
