@@ -17,6 +17,7 @@ from journals import OPEN_SUFFIX, fsync_dir, host_tag
 
 from ._blocks import BLOCK_HEADER, BatchSlice, EventRun, decode_block
 from ._eventlog import read_log_header
+from ._idgen import IdGenerator
 from ._layout import LOG_SUFFIX, TMP_SUFFIX, TOC_SUFFIX, Layout, write_atomic
 from ._rollover import open_journals, pid_alive, sealed_journals
 from ._store import LogStore
@@ -32,6 +33,7 @@ class RecoveryReport:
     tocs_rebuilt: list[str] = field(default_factory=list)
     merged_journals_removed: list[str] = field(default_factory=list)
     abandoned_journals_removed: list[str] = field(default_factory=list)
+    high_water_raised_to: int | None = None
 
     @property
     def anything(self) -> bool:
@@ -42,6 +44,7 @@ class RecoveryReport:
                 self.tocs_rebuilt,
                 self.merged_journals_removed,
                 self.abandoned_journals_removed,
+                self.high_water_raised_to,
             )
         )
 
@@ -68,6 +71,13 @@ def recover(layout: Layout, containers: list[str], store: LogStore) -> RecoveryR
     if rep.temp_files_removed or rep.orphan_tocs_removed:
         fsync_dir(layout.logs)
     store.scan()
+    # A crash between a log's rename (its commit point) and raising the id high-water mark
+    # leaves the mark below the logs; raise it now, or deleting that log (by hand, age-off)
+    # would let its ids be handed out again (invariant 2).
+    if store.next_id > IdGenerator.read_high_water(layout):
+        os.makedirs(layout.state, exist_ok=True)
+        write_atomic(layout.id_high_water, f"{store.next_id}\n".encode())
+        rep.high_water_raised_to = store.next_id
 
     merged = {j for toc in store.tocs() for j in toc.journals}
     dirs = set()

@@ -1,0 +1,146 @@
+"""Child processes for the crash tests: they are killed with SIGKILL, by the parent or by
+themselves at a chosen point, so nothing here ever cleans up.
+
+    writer CONTAINERS_JSON WRITER JOURNALS   seal JOURNALS journals, then append to one more forever
+    rollover REPO POINT                       open REPO as owner (which rolls over), dying at POINT
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+
+from _faults import lineage_batch
+from conftest import make_event
+
+from journals import JournalWriter, WriterSpec
+
+
+def die() -> None:
+    sys.stdout.flush()
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def writer_records(writer: int, journal: int) -> tuple[list[int], list[int]]:
+    """(rich record ids, batch record ids) of one sealed journal of one writer child."""
+    base = writer * 1_000_000 + journal * 1_000
+    return list(range(base, base + 40)), list(range(base + 500, base + 500 + 60))
+
+
+def run_writer(containers: list[str], writer: int, journals: int) -> None:
+    spec = WriterSpec(containers, sync="seal")
+    for j in range(journals):
+        rich, batch = writer_records(writer, j)
+        with JournalWriter.open(spec, tag=f"w{writer}") as w:
+            w.append([make_event(i) for i in rich[:20]])
+            w.append(lineage_batch(batch, partition=writer * 100 + j))
+            w.append([make_event(i) for i in rich[20:]])
+    w = JournalWriter.open(spec, tag=f"w{writer}-unsealed")
+    base = writer * 1_000_000 + 900_000
+    k = 0
+    while True:  # until killed: frames reach the disk in buffer-sized (torn) pieces
+        w.append([make_event(base + k + i) for i in range(100)])
+        w.append(lineage_batch(range(base + k, base + k + 1000), partition=999))
+        if k == 0:
+            w._file.flush()
+            print("appending", flush=True)
+        k += 1000
+        time.sleep(0.002)  # a few MB/s: the parent has time to look before the disk fills
+
+
+class _KillingOs:
+    """`os` for repository._eventlog, dying around the rename of the log (the commit point)."""
+
+    def __init__(self, after: bool) -> None:
+        self._after = after
+
+    def __getattr__(self, name: str):
+        return getattr(os, name)
+
+    def rename(self, src: str, dst: str) -> None:
+        if src.endswith(".prov.tmp"):
+            if self._after:
+                os.rename(src, dst)
+            die()
+        os.rename(src, dst)
+
+
+class _HalfFile:
+    """A file that writes half of what it is given, makes it durable, and dies."""
+
+    def __init__(self, path: str) -> None:
+        self._f = open(path, "wb")  # noqa: SIM115 - the process dies holding it
+
+    def __enter__(self) -> _HalfFile:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._f.close()
+
+    def write(self, data: bytes) -> None:
+        self._f.write(data[: len(data) // 2])
+        self._f.flush()
+        os.fsync(self._f.fileno())
+        die()
+
+
+def install(point: str) -> None:
+    import repository._eventlog as eventlog
+    import repository._repository as facade
+    from repository._rollover import retire_journals
+
+    if point in ("before-log-rename", "after-log-rename"):
+        eventlog.os = _KillingOs(after=point == "after-log-rename")
+    elif point == "toc-half":
+
+        def opener(path, mode="r", *args, **kw):
+            if str(path).endswith(".toc.tmp"):
+                return _HalfFile(path)
+            return open(path, mode, *args, **kw)
+
+        eventlog.open = opener
+    elif point == "mid-log":
+        real = eventlog.LogWriter._drain_one
+        calls = []
+
+        def drain(self) -> None:
+            real(self)
+            calls.append(1)
+            if len(calls) == 2:
+                self._file.flush()
+                die()
+
+        eventlog.LogWriter._drain_one = drain
+    elif point == "before-retire":
+        facade.retire_journals = lambda *a, **k: die()
+    elif point == "mid-retire":
+
+        def retire(layout, journals, damaged, sync) -> None:
+            retire_journals(layout, journals[:1], damaged, sync)
+            die()
+
+        facade.retire_journals = retire
+    elif point != "none":
+        raise SystemExit(f"unknown crash point {point}")
+
+
+def run_rollover(repo: str, point: str) -> None:
+    from repository import ProvenanceRepository
+
+    install(point)
+    print("ready", flush=True)
+    r = ProvenanceRepository.open(repo, start_threads=False)  # rolls over pending journals
+    print(f"done {r.max_event_id}", flush=True)
+    r.close()
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "writer":
+        run_writer(json.loads(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]))
+    elif sys.argv[1] == "rollover":
+        run_rollover(sys.argv[2], sys.argv[3])
+    else:
+        raise SystemExit(f"unknown mode {sys.argv[1]}")
