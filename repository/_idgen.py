@@ -47,6 +47,8 @@ class IdGenerator:
         with self._lock:
             if next_id <= self._next:
                 return
+            # In memory first: even if the mark cannot be written (ENOSPC), this process never
+            # hands out an id below next_id again.
             self._next = next_id
             os.makedirs(self.layout.state, exist_ok=True)
             write_atomic(self.layout.id_high_water, f"{next_id}\n".encode(), sync=sync)

@@ -87,10 +87,14 @@ class _WriterPool:
                 writer = slot[1]
                 if writer is not None:
                     slot[1] = None
-                    if writer.frames:
-                        writer.seal()
-                    else:
+                    if not writer.frames:
                         writer.abort()
+                        continue
+                    try:
+                        writer.seal()
+                    except JournalError:
+                        writer.abort()  # it can never be sealed now: free its space (ENOSPC)
+                        raise
 
     def abort_all(self) -> None:
         for slot in self._slots:
@@ -270,8 +274,13 @@ class ProvenanceRepository:
                 raise
             toc = result.toc
             if toc is not None:
-                self._ids.advance(toc.next_id, sync=self.config.sync != "none")
                 self._store.add(LogReader(self.layout.log_path(toc.first_id), toc))
+                try:
+                    self._ids.advance(toc.next_id, sync=self.config.sync != "none")
+                except OSError as e:
+                    # The log is committed: its journals must still be retired, or the next
+                    # rollover would merge them twice. Recovery re-derives the mark at open.
+                    log.error("cannot persist the event id high-water mark: %s", e)
             retire_journals(self.layout, journals, result.damaged, self.config.sync != "none")
             st = self.rollover_stats
             st.rollovers += 1

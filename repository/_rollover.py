@@ -117,7 +117,9 @@ def merge(
             config.compression_threads,
         )
     except OSError as e:
-        raise RolloverError(f"cannot start event log {first_id}: {e.strerror or e}") from e
+        raise RolloverError(
+            f"cannot start event log {layout.log_path(first_id)}: {e.strerror or e}"
+        ) from e
     result = MergeResult(None, journals)
     pending: dict[tuple[str, str, int], int] = {}
     try:
@@ -140,7 +142,9 @@ def merge(
             writer.discard()
     except OSError as e:
         writer.discard()
-        raise RolloverError(f"rollover into event log {first_id} failed: {e.strerror or e}") from e
+        # Name the file: on a full disk the operator needs to know which one.
+        where = layout.log_path(first_id) + (f" (at {e.filename})" if e.filename else "")
+        raise RolloverError(f"rollover into {where} failed: {e.strerror or e}") from e
     except BaseException:
         writer.discard()
         raise
