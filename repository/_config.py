@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import re
 from dataclasses import dataclass, field
@@ -23,12 +24,14 @@ def parse_duration(value: str | float | int, what: str = "duration") -> float:
     if isinstance(value, bool):
         raise ConfigError(f"{what}: expected a duration, got {value!r}")
     if isinstance(value, (int, float)):
-        seconds = float(value)
+        seconds = float(value) if abs(value) < 1e300 else math.inf
     else:
         m = _DURATION.match(str(value))
         if not m:
             raise ConfigError(f"{what}: {value!r} is not a duration (try 30s, 15m, 2h, 7d)")
         seconds = float(m.group(1)) * _DURATION_UNITS[(m.group(2) or "s").lower()]
+    if not math.isfinite(seconds):  # JSON allows Infinity and NaN; a timer cannot wait for them
+        raise ConfigError(f"{what}: must be a finite duration, got {value!r}")
     if seconds < 0:
         raise ConfigError(f"{what}: must not be negative, got {value!r}")
     return seconds
@@ -38,6 +41,8 @@ def parse_size(value: str | int, what: str = "size") -> int:
     """Bytes from a number or a string like '64KiB', '512MB', '10GiB'."""
     if isinstance(value, bool):
         raise ConfigError(f"{what}: expected a size, got {value!r}")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ConfigError(f"{what}: must be a finite size, got {value!r}")
     if isinstance(value, (int, float)):
         size = int(value)
     else:
@@ -48,7 +53,10 @@ def parse_size(value: str | int, what: str = "size") -> int:
         binary = "i" in unit
         prefix = unit[:1] if unit[:1] in "kmgt" and unit else ""
         mult = (1024 ** ("kmgt".index(prefix) + 1)) if (binary and prefix) else _SIZE_UNITS[prefix]
-        size = int(float(m.group(1)) * mult)
+        size = float(m.group(1)) * mult
+        if not math.isfinite(size):
+            raise ConfigError(f"{what}: {value!r} is too large")
+        size = int(size)
     if size < 0:
         raise ConfigError(f"{what}: must not be negative, got {value!r}")
     return size
@@ -92,7 +100,11 @@ class RepositoryConfig:
 
         if isinstance(self.containers, str):
             setf("containers", (self.containers,))
-        if not self.containers or not all(isinstance(c, str) and c for c in self.containers):
+        if (
+            not isinstance(self.containers, (list, tuple))  # a JSON number or object
+            or not self.containers
+            or not all(isinstance(c, str) and c for c in self.containers)
+        ):
             raise ConfigError("containers: need at least one directory path")
         setf("containers", tuple(self.containers))
         if len(set(self.containers)) != len(self.containers):
@@ -118,6 +130,8 @@ class RepositoryConfig:
             raise ConfigError(f"sync: must be one of {', '.join(SYNC_POLICIES)}, got {self.sync!r}")
         if isinstance(self.indexed_attributes, str):
             setf("indexed_attributes", (self.indexed_attributes,))
+        if not isinstance(self.indexed_attributes, (list, tuple)):
+            raise ConfigError("indexed_attributes: must be a list of attribute names")
         setf("indexed_attributes", tuple(self.indexed_attributes))
         for a in self.indexed_attributes:
             if not isinstance(a, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_.-]*", a):
@@ -160,4 +174,6 @@ class RepositoryConfig:
                 data = json.load(f)
         except json.JSONDecodeError as e:
             raise ConfigError(f"{path}: not valid JSON ({e.msg} at line {e.lineno})") from e
+        except UnicodeDecodeError as e:  # binary garbage: damaged, not an internal error
+            raise ConfigError(f"{path}: not valid JSON (not UTF-8 text at byte {e.start})") from e
         return cls.from_json(data)

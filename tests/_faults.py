@@ -62,12 +62,15 @@ def write_sample_journal(directory: str) -> tuple[str, list[int], list[list[int]
     return path, bounds, [ids for _, ids in SAMPLE_FRAMES]
 
 
-def tree_hash(root: str) -> str:
-    """A hash of every file's relative path and content under `root` (what "unchanged" means)."""
+def tree_hash(root: str, ignore: tuple[str, ...] = ()) -> str:
+    """A hash of every file's relative path and content under `root` (what "unchanged" means),
+    leaving out files named in `ignore`."""
     h = hashlib.sha256()
     for d, dirs, files in os.walk(root):
         dirs.sort()
         for name in sorted(files):
+            if name in ignore:
+                continue
             p = os.path.join(d, name)
             h.update(os.path.relpath(p, root).encode() + b"\0")
             with open(p, "rb") as f:
