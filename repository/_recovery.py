@@ -3,8 +3,9 @@
 A crash can leave: temporary log/toc files (rollover not committed: delete them, the journals
 are still there and are merged again with the same ids); a toc without its log (the log's
 rename is the commit point: delete the toc); a committed log whose journals were not all
-deleted yet (delete them now: their events are in the log); journals of writers that died
-before sealing (never merged; removed when their process is known to be gone).
+deleted yet (delete them now: their events are in the log); an id high-water mark below that
+log's end (raise it now); journals of writers that died before sealing (never merged; removed
+when their process is known to be gone).
 """
 
 from __future__ import annotations
