@@ -159,9 +159,7 @@ def retire_journals(layout: Layout, journals: list[str], damaged: list[str], syn
     for path in journals:
         try:
             if path in damaged_set:
-                os.makedirs(layout.quarantine, exist_ok=True)
-                shutil.move(path, os.path.join(layout.quarantine, os.path.basename(path)))
-                log.warning("journal %s had damaged frames; moved to quarantine/", path)
+                _quarantine(layout, path)
             else:
                 os.unlink(path)
             dirs.add(os.path.dirname(path))
@@ -170,6 +168,31 @@ def retire_journals(layout: Layout, journals: list[str], damaged: list[str], syn
     if sync:
         for d in dirs:
             fsync_dir(d)
+
+
+def _quarantine(layout: Layout, path: str) -> None:
+    """Move a merged-but-damaged journal out of the merge path, for a human to look at.
+
+    Its intact frames are already in a committed log, so it must never be merged again: if it
+    cannot be moved (full disk, another filesystem), it is renamed in place to a name rollover
+    ignores; only if even that fails is it deleted.
+    """
+    target = os.path.join(layout.quarantine, os.path.basename(path))
+    try:
+        os.makedirs(layout.quarantine, exist_ok=True)
+        shutil.move(path, target)
+        log.warning("journal %s had damaged frames; moved to %s", path, target)
+        return
+    except FileNotFoundError:
+        raise
+    except OSError as e:
+        log.error("cannot move damaged journal %s to quarantine/ (%s)", path, e)
+    try:
+        os.rename(path, path + ".damaged")
+        log.warning("damaged journal kept as %s.damaged", path)
+    except OSError as e:
+        log.error("cannot rename damaged journal %s (%s); deleting it", path, e)
+        os.unlink(path)
 
 
 def pid_alive(pid: int) -> bool:
