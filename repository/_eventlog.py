@@ -305,10 +305,11 @@ class LogReader:
 
     def read_block(self, i: int) -> list[Entry]:
         """Decode block i (checksum verified). Raises FileNotFoundError if the log is gone."""
-        if self._fd is None:
-            self._fd = os.open(self.path, os.O_RDONLY)
+        fd = self._fd  # a local: another thread may close the reader meanwhile
+        if fd is None:
+            fd = self._fd = os.open(self.path, os.O_RDONLY)
         offset, length = self.toc.block_span(i)
-        framed = os.pread(self._fd, length, offset)
+        framed = os.pread(fd, length, offset)
         if len(framed) < BLOCK_HEADER.size:
             raise BlockError(f"{self.path}: block {i} at offset {offset} is truncated")
         return decode_block(framed, f"{self.path} block {i} @{offset}")

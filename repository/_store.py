@@ -83,8 +83,10 @@ class LogStore:
             self._firsts = sorted(self._logs)
             for key in [k for k in self._cache if k[0] == first_id]:
                 del self._cache[key]
-        if reader is not None:
-            reader.close()
+        # Not closed here: another thread may be reading it right now (age-off removes logs
+        # under running searches and exports). Its descriptor closes when the last user drops
+        # it, and an unlinked file stays readable until then.
+        del reader
 
     def readers(self) -> list[LogReader]:
         with self._lock:
