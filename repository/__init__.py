@@ -1,13 +1,16 @@
 """The embedded provenance repository: rollover, event logs with tables of contents, lookup,
 export, recovery and the CLI."""
 
+from ._ageoff import AgeOffReport
 from ._config import RepositoryConfig, parse_duration, parse_size
 from ._errors import BadInput, ConfigError, NotFound, RepositoryError, RepositoryLocked
 from ._export import ExportBatch, ExportCursor
 from ._repository import ProvenanceRepository, RolloverStats
 from ._rollover import RolloverError
+from ._search import parse_time
 
 __all__ = [
+    "AgeOffReport",
     "BadInput",
     "ConfigError",
     "ExportBatch",
@@ -21,4 +24,5 @@ __all__ = [
     "RolloverStats",
     "parse_duration",
     "parse_size",
+    "parse_time",
 ]

@@ -24,11 +24,14 @@ from journals import (
     gc_paused,
 )
 
-from ._config import RepositoryConfig
+from . import _search
+from ._ageoff import AgeOff, AgeOffReport
+from ._config import RepositoryConfig, parse_duration, parse_size
 from ._errors import BadInput, NotFound, RepositoryError
 from ._eventlog import LogReader
 from ._export import ExportBatch, ExportCursor
 from ._idgen import IdGenerator
+from ._indexing import RepositoryIndex
 from ._layout import Layout, write_atomic
 from ._lock import OwnerLock
 from ._recovery import RecoveryReport, recover, remove_abandoned
@@ -140,6 +143,15 @@ class ProvenanceRepository:
         self.rollover_stats = RolloverStats()
         self.recovery: RecoveryReport | None = None
         self._closed = False
+        self._index = RepositoryIndex(self.layout, config, self._store, read_only)
+        self._ageoff = AgeOff(
+            self.layout,
+            self._store,
+            self._index,
+            config.max_storage_time,
+            config.max_storage_bytes,
+            interval=min(config.rollover_interval, 60.0),
+        )
 
     # -- opening and closing -----------------------------------------------------------------
 
@@ -193,7 +205,12 @@ class ProvenanceRepository:
         self._registry.load(self._store.tocs())
         if sealed_journals(self.containers):
             self.rollover()  # redo an interrupted rollover before anyone reads
+        # Index: recover (re-index past the checkpoint), then index each rollover's log.
+        self._index.start(threaded=start_threads)
+        self.add_rollover_listener(self._index.on_rollover)
         if start_threads:
+            self.add_rollover_listener(self._ageoff.wake)
+            self._ageoff.start()
             self._thread = threading.Thread(
                 target=self._rollover_loop, name="provrepo-rollover", daemon=True
             )
@@ -212,6 +229,7 @@ class ProvenanceRepository:
         self._wake.set()
         if self._thread is not None:
             self._thread.join()
+        self._ageoff.stop()
         try:
             if not self.read_only:
                 try:
@@ -220,6 +238,10 @@ class ProvenanceRepository:
                     log.error("final rollover failed; journals stay for the next open: %s", e)
                     self._pool.abort_all()
         finally:
+            try:
+                self._index.close()  # indexes the final rollover's log, releases the writer
+            except Exception:
+                log.exception("closing the search index failed; the next open re-indexes")
             for r in self._store.readers():
                 r.close()
             if self._lock is not None:
@@ -393,6 +415,67 @@ class ProvenanceRepository:
         """The committed event logs, oldest first."""
         return self._store.readers()
 
+    # -- search and age-off (see _search.py, _indexing.py, _ageoff.py) ------------------------
+
+    def search(
+        self,
+        start=None,
+        end=None,
+        event_types=None,
+        components=None,
+        runs=None,
+        attributes: dict[str, str] | None = None,
+        query: str | None = None,
+        limit: int = 100,
+        newest_first: bool = True,
+    ) -> list[ProvenanceEvent]:
+        """Events matching every given predicate exactly, ordered by event time.
+
+        start / end: event time range [start, end): int ns since the epoch, datetime, or a
+        string (ISO-8601, `now`, relative `-15m`, `-2h`). event_types, components (component
+        ids), runs: one string or several (any of them). attributes: {name: value}, all must
+        match. query: Tantivy query syntax over type, run, component, component_type,
+        partition, attempt, time, id and `attrs.<indexed attribute>`. Returns the `limit`
+        newest events (oldest with newest_first=False). Only indexed logs are searched: see
+        `wait_for_index`. Raises BadInput on malformed arguments.
+        """
+        preds = _search.build_predicates(
+            start=start,
+            end=end,
+            event_types=event_types,
+            components=components,
+            runs=runs,
+            attributes=attributes,
+            query=query,
+            indexed_attributes=self.config.indexed_attributes,
+        )
+        limit = _search.check_limit(limit)
+        if not isinstance(newest_first, bool):
+            raise BadInput(f"newest_first must be True or False, got {newest_first!r}")
+        self._index.catch_up()
+        return _search.search(self._store, self._index.shards, preds, limit, newest_first)
+
+    def wait_for_index(self, timeout: float | None = None) -> bool:
+        """Wait until every committed log is searchable (index lag over); False on timeout."""
+        return self._index.wait(timeout)
+
+    def reindex(self, progress: bool = False) -> int:
+        """Rebuild every index from the event logs (owner only); returns the events indexed."""
+        self._check_writable()
+        return self._index.reindex(progress=progress)
+
+    def age_off(self, max_age=None, max_bytes=None) -> AgeOffReport:
+        """One age-off pass now, by `max_age` (seconds or '7d') and `max_bytes` ('10GiB'),
+        defaulting to the configured limits; returns what it deleted (owner only)."""
+        self._check_writable()
+        age = None if max_age is None else parse_duration(max_age, "max_age")
+        if age is not None and age <= 0:
+            raise BadInput("max_age: must be positive")
+        size = None if max_bytes is None else parse_size(max_bytes, "max_bytes")
+        if size is not None and size <= 0:
+            raise BadInput("max_bytes: must be positive")
+        return self._ageoff.run(age, size)
+
     # -- stats -------------------------------------------------------------------------------
 
     def stats(self) -> dict:
@@ -428,6 +511,7 @@ class ProvenanceRepository:
             "quarantined_journals": len(_listdir(self.layout.quarantine)),
             "oldest_event_time_ns": min((r.toc.min_time_ns for r in readers), default=None),
             "newest_event_time_ns": max((r.toc.max_time_ns for r in readers), default=None),
+            **self._index.stats(),
             "owner": self._owner(),
         }
 

@@ -19,6 +19,7 @@ from importlib.metadata import entry_points
 
 import msgspec
 
+from ._cli_index import register as register_index_commands
 from ._config import parse_duration
 from ._errors import BadInput, NotFound, RepositoryError, RepositoryLocked
 from ._repository import ProvenanceRepository
@@ -204,6 +205,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--events", type=positive_int, default=200_000, help=argparse.SUPPRESS)
     p.set_defaults(func=cmd_demo)
 
+    register_index_commands(sub)  # search, reindex, age-off
     for register in _plugins():
         register(sub)
     return parser

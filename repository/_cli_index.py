@@ -1,0 +1,162 @@
+"""`provrepo search`, `provrepo reindex` and `provrepo age-off`.
+
+`search` is read-only (no lock: works beside a running owner). `reindex` and `age-off` write,
+so they take the owner lock: while another process owns the repository they fail with one
+line and exit 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+
+from ._errors import BadInput, NotFound
+from ._layout import Layout
+from ._repository import ProvenanceRepository
+
+
+def _cli():
+    from . import cli  # cli imports this module's register(): import it late
+
+    return cli
+
+
+def _attr(text: str) -> tuple[str, str]:
+    name, sep, value = text.partition("=")
+    if not sep or not name:
+        raise argparse.ArgumentTypeError(f"{text!r} is not NAME=VALUE")
+    return name, value
+
+
+def _open_owner(path: str) -> ProvenanceRepository:
+    """Open an existing repository as its owner, without background threads."""
+    layout = Layout(os.path.abspath(path))
+    if not os.path.isdir(layout.logs) and not os.path.exists(layout.config):
+        raise NotFound(f"no provenance repository at {layout.root}")
+    return ProvenanceRepository.open(path, start_threads=False)
+
+
+def cmd_search(args) -> int:
+    cli = _cli()
+    attributes = dict(args.attr) if args.attr else None
+    with cli.open_read_only(args.repo) as repo:
+        events = repo.search(
+            start=args.start,
+            end=args.end,
+            event_types=args.type,
+            components=args.component,
+            runs=args.run,
+            attributes=attributes,
+            query=args.query,
+            limit=args.limit,
+            newest_first=not args.oldest_first,
+        )
+        cli.print_json_lines(ev.to_dict() for ev in events)
+        st = repo.stats()
+        if st["events_not_indexed"]:
+            print(
+                f"provrepo: note: {st['events_not_indexed']:,} events (ids from "
+                f"{st['indexed_next_id']}) are not indexed yet, so not searched; the owner "
+                "indexes them shortly, and `provrepo reindex` rebuilds the index",
+                file=sys.stderr,
+            )
+    return cli.EXIT_OK
+
+
+def cmd_reindex(args) -> int:
+    with _open_owner(args.repo) as repo:
+        n = repo.reindex(progress=not args.quiet)
+        st = repo.stats()
+    print(f"reindexed {n:,} events into {st['index_shards']} shard(s), {st['index_bytes']:,} bytes")
+    return _cli().EXIT_OK
+
+
+def cmd_age_off(args) -> int:
+    cli = _cli()
+    with _open_owner(args.repo) as repo:
+        if (
+            args.max_age is None
+            and args.max_bytes is None
+            and repo.config.max_storage_time is None
+            and repo.config.max_storage_bytes is None
+        ):
+            raise BadInput("no age-off limit: give --max-age or --max-bytes (none is configured)")
+        rep = repo.age_off(max_age=args.max_age, max_bytes=args.max_bytes)
+    if args.json:
+        cli.print_json_lines([rep.to_dict()])
+    else:
+        ids = ", ".join(f"{lo}..{hi - 1}" for lo, hi in rep.deleted_logs) or "none"
+        print(
+            f"deleted {len(rep.deleted_logs)} log(s) ({rep.events_deleted:,} events, ids {ids}) "
+            f"and {len(rep.deleted_shards)} index shard(s); "
+            f"{rep.bytes_before:,} -> {rep.bytes_after:,} bytes"
+        )
+    if rep.unmet:
+        print(f"provrepo: warning: {rep.unmet}", file=sys.stderr)
+        return cli.EXIT_FAIL
+    return cli.EXIT_OK
+
+
+def _size(text: str) -> int:
+    from ._config import parse_size
+
+    try:
+        v = parse_size(text, "--max-bytes")
+    except BadInput as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    if v <= 0:
+        raise argparse.ArgumentTypeError("--max-bytes must be positive")
+    return v
+
+
+def _positive_duration(text: str) -> float:
+    v = _cli().duration(text)
+    if v <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be positive")
+    return v
+
+
+def register(sub) -> None:
+    """Add the search, reindex and age-off commands to the `provrepo` parser."""
+    cli = _cli()
+    p = sub.add_parser(
+        "search",
+        help="events by time range and fields, as JSON lines (newest first)",
+        description="Times: ISO-8601 (2025-06-01T12:00:00Z; no zone = local) or relative "
+        "(-15m, -2h, -7d, now). --query takes Tantivy syntax over type, run, component, "
+        "component_type, partition, attempt, time, id and attrs.NAME (indexed attributes).",
+    )
+    # Relative times look like options (-15m): let argparse take them as values, as it
+    # does negative numbers (`--from=-15m` works in any case).
+    p._negative_number_matcher = re.compile(r"^-\d+(\.\d+)?[A-Za-z]*$")
+    p.add_argument("repo")
+    p.add_argument("--from", dest="start", metavar="TIME", help="events at or after TIME")
+    p.add_argument("--to", dest="end", metavar="TIME", help="events before TIME")
+    p.add_argument("--type", action="append", metavar="T", help="event type (repeatable)")
+    p.add_argument("--component", action="append", metavar="C", help="component id (repeatable)")
+    p.add_argument("--run", action="append", metavar="R", help="run id (repeatable)")
+    p.add_argument(
+        "--attr", action="append", type=_attr, metavar="K=V", help="attribute equals (repeatable)"
+    )
+    p.add_argument("--query", metavar="Q", help="Tantivy query over the indexed fields")
+    p.add_argument(
+        "--limit", type=cli.non_negative_int, default=100, help="at most this many (100)"
+    )
+    p.add_argument("--oldest-first", action="store_true", help="oldest events first")
+    p.set_defaults(func=cmd_search)
+
+    p = sub.add_parser("reindex", help="rebuild every search index from the event logs")
+    p.add_argument("repo")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_reindex)
+
+    p = sub.add_parser("age-off", help="delete the oldest event logs now, by age and/or total size")
+    p.add_argument("repo")
+    p.add_argument(
+        "--max-age", type=_positive_duration, metavar="DURATION", help="e.g. 7d (or configured)"
+    )
+    p.add_argument("--max-bytes", type=_size, metavar="SIZE", help="e.g. 10GiB (or configured)")
+    p.add_argument("--json", action="store_true", help="the report as one JSON object")
+    p.set_defaults(func=cmd_age_off)
