@@ -5,16 +5,20 @@ from ._ageoff import AgeOffReport
 from ._config import RepositoryConfig, parse_duration, parse_size
 from ._errors import BadInput, ConfigError, NotFound, RepositoryError, RepositoryLocked
 from ._export import ExportBatch, ExportCursor
+from ._lineage import RUN_COMPONENT_TYPE, CapturePointInfo, LineageIndex, RunInfo
 from ._repository import ProvenanceRepository, RolloverStats
 from ._rollover import RolloverError
 from ._search import parse_time
 
 __all__ = [
+    "RUN_COMPONENT_TYPE",
     "AgeOffReport",
     "BadInput",
+    "CapturePointInfo",
     "ConfigError",
     "ExportBatch",
     "ExportCursor",
+    "LineageIndex",
     "NotFound",
     "ProvenanceRepository",
     "RepositoryConfig",
@@ -22,6 +26,7 @@ __all__ = [
     "RepositoryLocked",
     "RolloverError",
     "RolloverStats",
+    "RunInfo",
     "parse_duration",
     "parse_size",
     "parse_time",

@@ -67,7 +67,7 @@ class RepositoryConfig:
     """How a repository stores provenance. Every field is validated; bad values raise ConfigError.
 
     containers: journal directories (one per disk); relative paths are inside the repository.
-        Default: one container, `<repo>/journals`.
+        Default: one container, `<repo>/journal-containers/0`.
     journals_per_container: driver-side journals kept open per container (register_events
         threads spread over them, as NiFi's journals do).
     rollover_interval: seconds (or '30s') between timed rollovers; journals sealed by other
@@ -80,7 +80,8 @@ class RepositoryConfig:
     index_shard_size: bytes after which a new index shard starts.
     """
 
-    containers: tuple[str, ...] = ("journals",)
+    # Not "journals": a directory of that name beside a script would shadow the package.
+    containers: tuple[str, ...] = ("journal-containers/0",)
     journals_per_container: int = 2
     rollover_interval: float = 30.0
     rollover_debounce: float = 0.25

@@ -33,6 +33,7 @@ from ._export import ExportBatch, ExportCursor
 from ._idgen import IdGenerator
 from ._indexing import RepositoryIndex
 from ._layout import Layout, write_atomic
+from ._lineage import LineageIndex
 from ._lock import OwnerLock
 from ._recovery import RecoveryReport, recover, remove_abandoned
 from ._rollover import (
@@ -143,6 +144,7 @@ class ProvenanceRepository:
         self.rollover_stats = RolloverStats()
         self.recovery: RecoveryReport | None = None
         self._closed = False
+        self._lineage: LineageIndex | None = None
         self._index = RepositoryIndex(self.layout, config, self._store, read_only)
         self._ageoff = AgeOff(
             self.layout,
@@ -414,6 +416,20 @@ class ProvenanceRepository:
     def logs(self) -> list[LogReader]:
         """The committed event logs, oldest first."""
         return self._store.readers()
+
+    # -- lineage -----------------------------------------------------------------------------
+
+    @property
+    def lineage(self) -> LineageIndex:
+        """Record-level lineage over the stored events (runs, hops, raw data)."""
+        if self._lineage is None:
+            self._lineage = LineageIndex(self._store)
+        return self._lineage
+
+    def request_rollover(self) -> None:
+        """Ask the rollover thread to merge soon, without waiting (e.g. when a Spark action
+        ends). A repository opened without threads merges at the next `rollover()`."""
+        self._wake.set()
 
     # -- search and age-off (see _search.py, _indexing.py, _ageoff.py) ------------------------
 

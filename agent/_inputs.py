@@ -1,0 +1,272 @@
+"""Segment inputs (executor side): where a segment's records come from, and their ids.
+
+Every input appends, for each record it hands on, the sink's current count to `state.bounds`:
+because narrow operations are lazy and pull one record at a time, the sink records produced
+after input record i is pulled and before i+1 is pulled all derive from i (Titian's "current
+input" in the task context, kept as an array so nothing but one append happens per record).
+At the end, numpy turns bounds into parent references in one vectorized pass.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+from array import array
+from collections.abc import Callable, Iterator
+
+import numpy as np
+
+_CHUNK = 1 << 22
+
+
+class InputState:
+    """What an input leaves behind for the sink and the journal."""
+
+    __slots__ = ("base", "bounds", "exhausted", "ids", "merge", "offsets", "values")
+
+    def __init__(self, base: int) -> None:
+        self.base = base  # record id of position 0 when ids are positional
+        self.bounds = array("q")
+        self.ids: array | None = None  # explicit input ids (union inputs)
+        self.offsets: np.ndarray | None = None  # text inputs: N+1 byte offsets
+        self.exhausted = False
+        # Shuffle inputs: (record count, layout, a, b) with layout "coo": a = each arrival's
+        # record slot, b = its id; "csr": a = parents per record, b = parent ids.
+        self.merge: tuple | None = None
+        self.values: list[bytes] | None = None  # captured record values (pickled)
+
+    def input_ids(self) -> np.ndarray:
+        n = len(self.bounds)
+        if self.ids is not None:
+            return np.frombuffer(self.ids, dtype=np.int64)[:n]
+        return self.base + np.arange(n, dtype=np.int64)
+
+    def current_id(self) -> int:
+        i = len(self.bounds) - 1
+        return self.ids[i] if self.ids is not None else self.base + i
+
+
+# -- text -------------------------------------------------------------------------------------
+
+
+def text_lines(path: str, start: int, length: int) -> Iterator[tuple[np.ndarray, list, bool]]:
+    """Chunks of (N+1 line offsets, N lines without their newline, whether a CR may follow).
+
+    Hadoop's LineRecordReader rule, so splits partition a file exactly as `sc.textFile` does:
+    a split that does not start the file skips through its first newline, and a split owns
+    every line that starts at or before its end (the last one may run past it).
+    """
+    end = start + length
+    with open(path, "rb", buffering=0) as f:
+        f.seek(start)
+        pos = start
+        carry = b""
+        if start:
+            pos += len(f.readline())
+        while pos <= end:
+            chunk = f.read(_CHUNK)
+            data = carry + chunk if carry else chunk
+            if not data:
+                return
+            lines = data.split(b"\n")
+            carry = lines.pop()
+            if not chunk and carry:  # end of file: the last line has no terminator
+                lines.append(carry)
+                carry = b""
+            if lines:
+                lens = np.fromiter(map(len, lines), dtype=np.int64, count=len(lines)) + 1
+                starts = pos + np.concatenate(([0], np.cumsum(lens[:-1])))
+                keep = int(np.searchsorted(starts, end, side="right"))
+                offs = np.append(starts, starts[-1] + lens[-1])
+                if keep < len(lines):  # the rest starts after this split's end
+                    yield offs[: keep + 1], lines[:keep], b"\r" in data
+                    return
+                yield offs, lines, b"\r" in data
+                pos = int(offs[-1])
+            if not chunk:
+                return
+
+
+def text_input(
+    state: InputState, split: tuple[str, int, int], count: Callable[[], int]
+) -> Iterator[str]:
+    """Lines of a text split as str (UTF-8, errors replaced, "\\n" or "\\r\\n" stripped)."""
+    path, start, length = split
+    bounds_append = state.bounds.append
+    offsets = []
+    end_pos = start
+    for offs, lines, has_cr in text_lines(path, start, length):
+        offsets.append(offs[:-1])
+        end_pos = int(offs[-1])
+        if has_cr:
+            lines = [raw[:-1] if raw[-1:] == b"\r" else raw for raw in lines]
+        for raw in lines:
+            bounds_append(count())
+            yield raw.decode("utf-8", "replace")
+    # The file's last line may lack its newline: then it ends at the end of the file.
+    end_pos = min(end_pos, os.path.getsize(path)) if offsets else start
+    state.offsets = np.concatenate([*offsets, [end_pos]]) if offsets else np.array([start])
+    state.exhausted = True
+
+
+# -- parallelize and unions ------------------------------------------------------------------
+
+
+def parallel_input(
+    state: InputState, iterator, count: Callable[[], int], capture_values: bool
+) -> Iterator:
+    """Elements of a parallelized collection; named (partition, index), their values kept
+    (the collection lives only in the driver's memory, so it is captured as data)."""
+    bounds_append = state.bounds.append
+    if capture_values:
+        state.values = values = []
+        add, dumps = values.append, pickle.dumps
+        for x in iterator:
+            add(dumps(x, pickle.HIGHEST_PROTOCOL))
+            bounds_append(count())
+            yield x
+    else:
+        for x in iterator:
+            bounds_append(count())
+            yield x
+    state.exhausted = True
+
+
+def union_input(state: InputState, iterator, count: Callable[[], int]) -> Iterator:
+    """Records arriving as (value, id) from other segments; their ids pass through."""
+    bounds_append = state.bounds.append
+    state.ids = ids = array("q")
+    ids_append = ids.append
+    for value, rid in iterator:
+        ids_append(rid)
+        bounds_append(count())
+        yield value
+    state.exhausted = True
+
+
+# -- shuffle reads ---------------------------------------------------------------------------
+
+
+def aggregate_input(
+    state: InputState,
+    iterator,
+    count: Callable[[], int],
+    merge_combiners: Callable,
+    capture_values: bool = False,
+) -> Iterator:
+    """Reduce side of an aggregation: merge (k, (combined, combiner id)) per key.
+
+    The merged records are this capture point's records (position = order of first arrival);
+    each one's parents are the combiner records merged into it.
+    """
+    index: dict = {}
+    keys: list = []
+    vals: list = []
+    slots = array("i")
+    parents = array("q")
+    get = index.get
+    slots_append, parents_append = slots.append, parents.append
+    for k, (v, rid) in iterator:
+        s = get(k)
+        if s is None:
+            s = index[k] = len(keys)
+            keys.append(k)
+            vals.append(v)
+        else:
+            vals[s] = merge_combiners(vals[s], v)
+        slots_append(s)
+        parents_append(rid)
+    state.merge = (len(keys), "coo", slots, parents)
+    bounds_append = state.bounds.append
+    if capture_values:
+        state.values = values = []
+        add, dumps = values.append, pickle.dumps
+        for kv in zip(keys, vals):
+            add(dumps(kv, pickle.HIGHEST_PROTOCOL))  # before anything downstream can mutate it
+            bounds_append(count())
+            yield kv
+    else:
+        for kv in zip(keys, vals):
+            bounds_append(count())
+            yield kv
+    state.exhausted = True
+
+
+def join_input(state: InputState, iterator, count: Callable[[], int], how: str) -> Iterator:
+    """Reduce side of (outer) joins: pair the two sides per key, as PySpark's python_join."""
+    groups: dict = {}
+    for k, (tag, v, rid) in iterator:
+        g = groups.get(k)
+        if g is None:
+            g = groups[k] = ([], [])
+        g[tag - 1].append((v, rid))
+    pcounts = array("i")
+    parents = array("q")
+    pc_append, p_append = pcounts.append, parents.append
+    bounds_append = state.bounds.append
+    none = [(None, -1)]
+    left_outer, right_outer = how in ("left", "full"), how in ("right", "full")
+    produced = 0
+    for k, (vs, ws) in groups.items():
+        if not ws and left_outer:
+            ws = none
+        if not vs and right_outer:
+            vs = none
+        for v, rv in vs:
+            for w, rw in ws:
+                if rv >= 0 and rw >= 0:
+                    pc_append(2)
+                    p_append(rv)
+                    p_append(rw)
+                else:
+                    pc_append(1)
+                    p_append(rv if rv >= 0 else rw)
+                produced += 1
+                bounds_append(count())
+                yield (k, (v, w))
+    state.merge = (produced, "csr", pcounts, parents)
+    state.exhausted = True
+
+
+def cogroup_input(state: InputState, iterator, count: Callable[[], int]) -> Iterator:
+    """Reduce side of cogroup: one record per key with both sides' values; parents: all."""
+    from pyspark.resultiterable import ResultIterable
+
+    groups: dict = {}
+    for k, (tag, v, rid) in iterator:
+        g = groups.get(k)
+        if g is None:
+            g = groups[k] = ([], [], [])
+        g[tag - 1].append(v)
+        g[2].append(rid)
+    pcounts = array("i")
+    parents = array("q")
+    bounds_append = state.bounds.append
+    for k, (vs, ws, rids) in groups.items():
+        pcounts.append(len(rids))
+        parents.extend(sorted(rids))
+        bounds_append(count())
+        yield (k, (ResultIterable(vs), ResultIterable(ws)))
+    state.merge = (len(groups), "csr", pcounts, parents)
+    state.exhausted = True
+
+
+def sort_input(
+    state: InputState,
+    iterator,
+    count: Callable[[], int],
+    ascending: bool,
+    keyfunc: Callable | None,
+) -> Iterator:
+    """Reduce side of sortByKey: sort the range partition; each record's parent is the one
+    shipped to it."""
+    items = list(iterator)
+    kf = keyfunc or (lambda x: x)
+    items.sort(key=lambda kv: kf(kv[0]), reverse=not ascending)
+    parents = array("q", [rid for _, (_, rid) in items])
+    state.merge = (len(items), "csr", array("i", [1]) * len(items), parents)
+    bounds_append = state.bounds.append
+    for k, (v, _) in items:
+        bounds_append(count())
+        yield (k, v)
+    state.exhausted = True

@@ -1,0 +1,154 @@
+"""Segment sinks (executor side): what consumes a segment's records.
+
+Each sink exposes `count()` (records consumed so far, read by the input per input record) and
+`run(records)`, a generator feeding Spark. Per record, a sink does what the operation needs
+anyway plus at most one array append.
+"""
+
+from __future__ import annotations
+
+import pickle
+from array import array
+from collections.abc import Callable, Iterator
+
+_PICKLE = pickle.HIGHEST_PROTOCOL
+
+
+class CombineSink:
+    """Map-side combiner: one combiner record per key; parents: the inputs of its values."""
+
+    def __init__(self, create_combiner: Callable, merge_value: Callable, base: int) -> None:
+        self.create = create_combiner
+        self.merge = merge_value
+        self.base = base
+        self.slots = array("i")
+        self.n_records = 0
+        self.count = self.slots.__len__
+
+    def run(self, records: Iterator) -> Iterator:
+        index: dict = {}
+        keys: list = []
+        vals: list = []
+        get = index.get
+        slots_append = self.slots.append
+        create, merge = self.create, self.merge
+        for k, v in records:
+            s = get(k)
+            if s is None:
+                s = index[k] = len(keys)
+                keys.append(k)
+                vals.append(create(v))
+            else:
+                vals[s] = merge(vals[s], v)
+            slots_append(s)
+        self.n_records = len(keys)
+        base = self.base
+        return zip(keys, zip(vals, range(base, base + len(keys))))
+
+
+class OutputSink:
+    """An action's output records; values pickled for collect/take, lengths for save."""
+
+    def __init__(self, action: str, limit: int | None, capture_values: bool) -> None:
+        self.action = action
+        self.limit = limit
+        self.values: list[bytes] | None = [] if capture_values else None
+        self.marks = array("b")  # one entry per output record: its count is count()
+        self.lengths: array | None = None
+        self.count = self.marks.__len__
+
+    @property
+    def n_records(self) -> int:
+        return len(self.marks)
+
+    def run(self, records: Iterator) -> Iterator:
+        if self.action == "count":
+            return self._count(records)
+        if self.action == "save":
+            return self._save(records)
+        return self._collect(records)
+
+    def _collect(self, records: Iterator) -> Iterator:
+        mark = self.marks.append
+        values = self.values
+        limit = self.limit
+        dumps = pickle.dumps
+        if limit is not None:
+            # Consume the whole partition so every capture point upstream is complete; only
+            # the first `limit` records are outputs.
+            for x in records:
+                if len(self.marks) < limit:
+                    mark(0)
+                    if values is not None:
+                        values.append(dumps(x, _PICKLE))
+                    yield x
+            return
+        if values is None:
+            for x in records:
+                mark(0)
+                yield x
+        else:
+            add = values.append
+            for x in records:
+                mark(0)
+                add(dumps(x, _PICKLE))
+                yield x
+
+    def _count(self, records: Iterator) -> Iterator:
+        mark = self.marks.append
+        for _ in records:
+            mark(0)
+        yield len(self.marks)
+
+    def _save(self, records: Iterator) -> Iterator:
+        # As PySpark's saveAsTextFile: bytes as they are, str as UTF-8, anything else str().
+        self.lengths = lengths = array("q")
+        add = lengths.append
+        mark = self.marks.append
+        for x in records:
+            if isinstance(x, bytes):
+                b = x
+            elif isinstance(x, str):
+                b = x.encode("utf-8")
+            else:
+                b = str(x).encode("utf-8")
+            mark(0)
+            add(len(b))
+            yield b
+
+
+class ShuffleSink:
+    """Map side of a shuffle without combining: each record travels with its input's id."""
+
+    def __init__(self, current_id: Callable[[], int], tag: int | None) -> None:
+        self.current_id = current_id
+        self.tag = tag
+        self.n_records = 0
+        self.count = _zero
+
+    def run(self, records: Iterator) -> Iterator:
+        current_id, tag = self.current_id, self.tag
+        if tag is None:
+            for k, v in records:
+                yield k, (v, current_id())
+        else:
+            for k, v in records:
+                yield k, (tag, v, current_id())
+
+
+class ForwardSink:
+    """Into a union: (value, id of the input it came from)."""
+
+    def __init__(self, current_id: Callable[[], int]) -> None:
+        self.current_id = current_id
+        self.n_records = 0
+        self.count = _zero
+
+    def run(self, records: Iterator) -> Iterator:
+        current_id = self.current_id
+        for x in records:
+            yield x, current_id()
+
+
+def _zero() -> int:
+    return 0

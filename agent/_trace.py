@@ -1,0 +1,122 @@
+"""`LineageRDD`: a set of traced records at one or more capture points of a run.
+
+Titian's LineageRDD, computed in the driver over the repository (numpy over stored lineage,
+no Spark job): `go_back()` / `go_next()` hop one capture point, `go_back_all()` /
+`go_next_all()` go to the sources / final outputs, `collect()` and `show()` return the raw
+records (source lines re-read by byte offset, captured values elsewhere), and `filter(f)`
+selects records by their values.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from journals import ProvenanceEvent, unpack_record_ids
+
+if TYPE_CHECKING:
+    from repository import ProvenanceRepository
+
+
+class LineageRDD:
+    """Traced records of one run. Cheap to create; data is read when asked for."""
+
+    def __init__(
+        self, repo: ProvenanceRepository, run_id: str, record_ids: np.ndarray, sc: Any = None
+    ) -> None:
+        self.repo = repo
+        self.run_id = run_id
+        self.record_ids = np.unique(np.asarray(record_ids, dtype=np.int64))
+        self._sc = sc
+
+    @property
+    def _index(self):
+        return self.repo.lineage
+
+    # -- shape -------------------------------------------------------------------------------
+
+    def count(self) -> int:
+        return len(self.record_ids)
+
+    def __len__(self) -> int:
+        return len(self.record_ids)
+
+    def capture_points(self) -> list[int]:
+        """The capture points these records sit at."""
+        return sorted(set(unpack_record_ids(self.record_ids)[0].tolist()))
+
+    def _with(self, ids: np.ndarray) -> LineageRDD:
+        return LineageRDD(self.repo, self.run_id, ids, self._sc)
+
+    # -- tracing -----------------------------------------------------------------------------
+
+    def go_back(self) -> LineageRDD:
+        """The records these came from, one capture point back."""
+        return self._with(self._index.parents(self.run_id, self.record_ids))
+
+    def go_next(self) -> LineageRDD:
+        """The records made from these, one capture point forward."""
+        return self._with(self._index.children(self.run_id, self.record_ids))
+
+    def go_back_all(self) -> LineageRDD:
+        """The source records (input lines, parallelized elements) these derive from."""
+        return self._closure(self._index.parents)
+
+    def go_next_all(self) -> LineageRDD:
+        """The final output records that derive from these."""
+        return self._closure(self._index.children)
+
+    def _closure(self, hop: Callable[[str, np.ndarray], np.ndarray]) -> LineageRDD:
+        frontier = self.record_ids
+        ends: list[np.ndarray] = []
+        seen = 0
+        while len(frontier):
+            nxt = []
+            done = []
+            # Hop record groups per capture point, so records with nowhere to go are ends.
+            cps = unpack_record_ids(frontier)[0]
+            for cp in np.unique(cps).tolist():
+                group = frontier[cps == cp]
+                moved = hop(self.run_id, group)
+                (nxt if len(moved) else done).append(moved if len(moved) else group)
+            ends.extend(done)
+            frontier = np.unique(np.concatenate(nxt)) if nxt else np.array([], dtype=np.int64)
+            seen += 1
+            if seen > 10_000:  # lineage is a DAG; this only guards against a damaged repository
+                raise RuntimeError("lineage trace does not terminate (cycle in stored lineage?)")
+        return self._with(np.unique(np.concatenate(ends)) if ends else frontier)
+
+    # -- data --------------------------------------------------------------------------------
+
+    def collect(self) -> list:
+        """The raw records: source lines re-read by offset, captured values elsewhere (None
+        where a capture point keeps no values)."""
+        return self._index.record_data(self.run_id, self.record_ids)
+
+    def take(self, n: int) -> list:
+        return self._index.record_data(self.run_id, self.record_ids[:n])
+
+    def show(self, n: int = 20) -> None:
+        """Print up to n records: record id, capture point and raw data."""
+        ids = self.record_ids[:n]
+        cps, parts, poss = unpack_record_ids(ids)
+        data = self._index.record_data(self.run_id, ids)
+        for rid, cp, part, pos, d in zip(ids.tolist(), cps, parts, poss, data):
+            print(f"{rid:>20}  cp{cp} p{part}#{pos}  {d!r}")
+        if len(self.record_ids) > n:
+            print(f"... {len(self.record_ids) - n} more")
+
+    def events(self) -> list[ProvenanceEvent | None]:
+        """The provenance event of each record."""
+        return self._index.events(self.run_id, self.record_ids)
+
+    def filter(self, f: Callable[[Any], bool]) -> LineageRDD:
+        """The records whose value satisfies f (values as `collect()` returns them)."""
+        data = self.collect()
+        keep = np.fromiter((bool(f(d)) for d in data), dtype=bool, count=len(data))
+        return self._with(self.record_ids[keep])
+
+    def __repr__(self) -> str:
+        return f"LineageRDD(run={self.run_id!r}, records={len(self)}, cps={self.capture_points()})"

@@ -1,0 +1,392 @@
+"""The function Spark runs for each partition of a captured segment (executor side).
+
+It wires an input, the narrow operations and a sink, feeds Spark, and when the partition is
+done turns the per-record arrays into columnar lineage batches with numpy and journals them:
+one journal per task attempt, sealed only if the partition completed. Nothing here imports
+pyspark at module import time.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import traceback
+from array import array
+from collections.abc import Callable, Iterator
+from itertools import chain
+from operator import itemgetter
+
+import numpy as np
+
+from journals import (
+    EventType,
+    JournalWriter,
+    LineageBatch,
+    Location,
+    ProvenanceEvent,
+    WriterSpec,
+    record_id_base,
+)
+
+from . import _inputs as inputs
+from . import _sinks as sinks
+from ._spec import (
+    CapturePoint,
+    CombineSink,
+    ForwardSink,
+    NarrowOp,
+    OutputSink,
+    ParallelInput,
+    SegmentSpec,
+    ShuffleInput,
+    ShuffleSink,
+    TextInput,
+    UnionInput,
+)
+
+STOP_ITERATION_MESSAGE = "Caught StopIteration thrown from user's code; failing the task"
+
+
+def task_attempt_id() -> int:
+    """Spark's task attempt id (unique within the application); 0 outside Spark."""
+    try:
+        from pyspark import TaskContext
+    except ImportError:  # pragma: no cover - pyspark is a dependency
+        return 0
+    tc = TaskContext.get()
+    return int(tc.taskAttemptId()) if tc is not None else 0
+
+
+class TaskJournal:
+    """The lineage batches and FAIL events of one task attempt; one journal, sealed at the end."""
+
+    def __init__(self, spec: WriterSpec, run_id: str, partition: int) -> None:
+        self.spec = spec
+        self.run_id = run_id
+        self.partition = partition
+        self.attempt = task_attempt_id()
+        self.batches: list[LineageBatch] = []
+        self.fails: list[ProvenanceEvent] = []
+
+    def batch(self, cp: CapturePoint, n: int, **columns) -> None:
+        if n <= 0:
+            return
+        base = record_id_base(cp.number, self.partition)
+        self.batches.append(
+            LineageBatch.build(
+                event_time_ns=time.time_ns(),
+                event_type=EventType(cp.event_type),
+                run_id=self.run_id,
+                component_id=cp.component_id,
+                component_type=cp.component_type,
+                partition=self.partition,
+                attempt=self.attempt,
+                record_ids=range(base, base + n),
+                **columns,
+            )
+        )
+
+    def fail_event(self, cp_component: str, record_id: int, error: BaseException) -> None:
+        self.fails.append(
+            ProvenanceEvent(
+                event_time_ns=time.time_ns(),
+                event_type=EventType.FAIL,
+                run_id=self.run_id,
+                component_id=cp_component,
+                component_type="failure",
+                partition=self.partition,
+                attempt=self.attempt,
+                record_id=record_id,
+                parent_ids=[record_id] if record_id >= 0 else [],
+                attributes={
+                    "exception": type(error).__name__,
+                    "message": str(error)[:2000],
+                },
+                details="".join(traceback.format_exception_only(type(error), error))[-4000:],
+            )
+        )
+
+    def seal(self) -> None:
+        if not self.batches and not self.fails:
+            return
+        w = JournalWriter.open(self.spec, tag=f"p{self.partition}")
+        try:
+            for b in self.batches:
+                w.append_batch(b)
+            if self.fails:
+                w.append_events(self.fails)
+            w.seal()
+        except BaseException:
+            w.abort()
+            raise
+
+    def seal_failures_only(self) -> None:
+        """The task is failing: keep its FAIL events (durable), drop its partial lineage."""
+        self.batches = []
+        self.seal()
+
+
+class Segment:
+    """Picklable per-partition function for `mapPartitionsWithIndex`."""
+
+    def __init__(self, spec: SegmentSpec) -> None:
+        self.spec = spec
+
+    def __call__(self, split: int, iterator: Iterator) -> Iterator:
+        return run_segment(self.spec, split, iterator)
+
+
+def run_segment(spec: SegmentSpec, split: int, iterator: Iterator) -> Iterator:
+    journal = TaskJournal(spec.journal, spec.run_id, split) if spec.journal is not None else None
+    inp = spec.input
+    in_cp = getattr(inp, "cp", None)
+    state = inputs.InputState(record_id_base(in_cp.number, split) if in_cp else 0)
+    if isinstance(inp, UnionInput):
+        state.ids = array("q")
+    groups: list[tuple[CapturePoint, array | None]] = []
+
+    def current_id() -> int:
+        if groups:
+            return record_id_base(groups[-1][0].number, split)
+        return state.current_id()
+
+    sink = _make_sink(spec, split, current_id)
+    records = _make_input(inp, state, split, iterator, sink.count, journal is not None)
+    records = _apply_ops(records, spec.ops, split, state, groups)
+    if spec.on_error == "skip":
+        records = _skipping(records, journal, in_cp, state)
+    try:
+        yield from sink.run(records)
+        if not state.exhausted:  # a StopIteration escaped a user function and ended a map early
+            raise RuntimeError(STOP_ITERATION_MESSAGE)
+    except Exception as e:
+        if journal is not None:
+            journal.fail_event(in_cp.component_id if in_cp else "union", _safe_id(state), e)
+            journal.seal_failures_only()
+        raise
+    # Only a partition that completed journals its lineage (a killed or failed attempt leaves
+    # nothing, so only one attempt's lineage can ever be merged).
+    if journal is not None:
+        _journal_lineage(journal, spec, split, state, sink, groups)
+        journal.seal()
+
+
+def _safe_id(state: inputs.InputState) -> int:
+    try:
+        return state.current_id() if len(state.bounds) else -1
+    except IndexError:
+        return -1
+
+
+def _skipping(records: Iterator, journal: TaskJournal | None, cp, state) -> Iterator:
+    """on_error="skip": a record whose processing raised is recorded (FAIL) and dropped."""
+    nxt = records.__next__
+    while True:
+        try:
+            x = nxt()
+        except StopIteration:
+            return
+        except Exception as e:
+            if journal is not None:
+                journal.fail_event(cp.component_id if cp else "union", _safe_id(state), e)
+            continue
+        yield x
+
+
+def _make_input(
+    inp, state, split: int, iterator, count: Callable[[], int], capture: bool
+) -> Iterator:
+    if isinstance(inp, TextInput):
+        return inputs.text_input(state, inp.splits[split], count)
+    if isinstance(inp, ParallelInput):
+        return inputs.parallel_input(state, iterator, count, capture)
+    if isinstance(inp, UnionInput):
+        return inputs.union_input(state, iterator, count)
+    if isinstance(inp, ShuffleInput):
+        if inp.kind == "aggregate":
+            return inputs.aggregate_input(
+                state, iterator, count, inp.merge_combiners, inp.capture_values and capture
+            )
+        if inp.kind == "join":
+            return inputs.join_input(state, iterator, count, inp.join_how)
+        if inp.kind == "cogroup":
+            return inputs.cogroup_input(state, iterator, count)
+        if inp.kind == "sort":
+            return inputs.sort_input(state, iterator, count, inp.sort_ascending, inp.sort_keyfunc)
+    raise TypeError(f"unknown segment input {inp!r}")
+
+
+def _make_sink(spec: SegmentSpec, split: int, current_id: Callable[[], int]):
+    s = spec.sink
+    if isinstance(s, CombineSink):
+        return sinks.CombineSink(
+            s.create_combiner, s.merge_value, record_id_base(s.cp.number, split)
+        )
+    if isinstance(s, OutputSink):
+        return sinks.OutputSink(s.action, s.limit, s.capture_values and spec.journal is not None)
+    if isinstance(s, ShuffleSink):
+        return sinks.ShuffleSink(current_id, s.tag)
+    if isinstance(s, ForwardSink):
+        return sinks.ForwardSink(current_id)
+    raise TypeError(f"unknown segment sink {s!r}")
+
+
+def _apply_ops(
+    records: Iterator, ops: tuple[NarrowOp, ...], split: int, state, groups: list
+) -> Iterator:
+    for op in ops:
+        f = op.func
+        name = op.name
+        if name == "map":
+            records = map(f, records)
+        elif name == "filter":
+            records = filter(f, records)
+        elif name == "flatMap":
+            records = chain.from_iterable(map(f, records))
+        elif name == "mapValues":
+            records = map(lambda kv, f=f: (kv[0], f(kv[1])), records)
+        elif name == "flatMapValues":
+            records = chain.from_iterable(
+                map(lambda kv, f=f: ((kv[0], x) for x in f(kv[1])), records)
+            )
+        elif name == "keyBy":
+            records = map(lambda x, f=f: (f(x), x), records)
+        elif name == "values":
+            records = map(itemgetter(1), records)
+        elif name == "keys":
+            records = map(itemgetter(0), records)
+        elif name == "mapPartitions":
+            if op.lineage == "partition":
+                reached = None
+                if not groups:  # the first group's parents: the inputs that reached f
+                    reached = array("q")
+                    records = _reaching(records, reached, state.bounds.__len__)
+                groups.append((op.group_cp, reached))
+            records = f(split, records) if op.with_index else f(records)
+            records = iter(records)
+        else:
+            raise TypeError(f"unknown narrow operation {name}")
+    return records
+
+
+def _reaching(records: Iterator, reached: array, n_pulled: Callable[[], int]) -> Iterator:
+    add = reached.append
+    for x in records:
+        add(n_pulled() - 1)
+        yield x
+
+
+# -- turning arrays into lineage batches ------------------------------------------------------
+
+
+def _journal_lineage(journal: TaskJournal, spec: SegmentSpec, split: int, state, sink, groups):
+    inp = spec.input
+    n_in = len(state.bounds)
+    in_ids = state.input_ids()
+    if isinstance(inp, TextInput):
+        path, start, length = inp.splits[split]
+        journal.batch(
+            inp.cp,
+            n_in,
+            offsets=state.offsets,
+            location=Location("file://" + os.path.abspath(path), start, length),
+        )
+    elif isinstance(inp, ParallelInput):
+        journal.batch(inp.cp, n_in, values=state.values)
+    elif isinstance(inp, ShuffleInput) and state.merge is not None:
+        n, counts, parents = _merge_csr(state.merge)
+        journal.batch(inp.cp, n, parent_counts=counts, parent_ids=parents, values=state.values)
+    # mapPartitions groups: one record each; the first's parents are the inputs that reached it.
+    prev = None
+    for cp, reached in groups:
+        gid = record_id_base(cp.number, split)
+        if prev is None:
+            idx = np.unique(np.frombuffer(reached, dtype=np.int64)) if reached else np.array([])
+            parents = in_ids[idx.astype(np.int64)] if len(idx) else np.array([], dtype=np.int64)
+        else:
+            parents = np.array([prev], dtype=np.int64)
+        journal.batch(cp, 1, parent_counts=np.array([len(parents)]), parent_ids=parents)
+        prev = gid
+    group_parent = prev
+    s = spec.sink
+    if isinstance(s, CombineSink):
+        _journal_combiner(journal, s.cp, state, sink, in_ids, group_parent)
+    elif isinstance(s, OutputSink):
+        _journal_output(journal, s, split, state, sink, in_ids, group_parent)
+
+
+def _merge_csr(merge: tuple) -> tuple[int, np.ndarray, np.ndarray]:
+    """CSR parents of a shuffle input's records from what the merge recorded."""
+    n, layout, a, b = merge
+    parents = np.frombuffer(b, dtype=np.int64)
+    per = np.frombuffer(a, dtype=np.int32)
+    if layout == "csr":
+        return n, per.astype(np.int64), parents
+    order = _stable_order(per, n)  # "coo": group arrivals by record, keeping arrival order
+    return n, np.bincount(per, minlength=n), parents[order]
+
+
+def _stable_order(slots: np.ndarray, n_slots: int) -> np.ndarray:
+    """Stable argsort of small non-negative ints, by 16-bit radix passes (linear time)."""
+    if n_slots <= 1 << 16:
+        return np.argsort(slots.astype(np.uint16), kind="stable")
+    lo = np.argsort((slots & 0xFFFF).astype(np.uint16), kind="stable")
+    hi = np.argsort((slots[lo] >> 16).astype(np.uint16), kind="stable")
+    return lo[hi]
+
+
+def _input_index(bounds: array, m: int) -> np.ndarray:
+    """For each of m sink records, the index of the input it came from (-1: none)."""
+    b = np.frombuffer(bounds, dtype=np.int64)
+    return np.searchsorted(b, np.arange(m, dtype=np.int64), side="right") - 1
+
+
+def _journal_combiner(journal, cp, state, sink, in_ids, group_parent) -> None:
+    n = sink.n_records
+    if group_parent is not None:
+        journal.batch(
+            cp, n, parent_counts=np.ones(n, dtype=np.int64), parent_ids=np.full(n, group_parent)
+        )
+        return
+    slots = np.frombuffer(sink.slots, dtype=np.int32)
+    m = len(slots)
+    b = np.frombuffer(state.bounds, dtype=np.int64)
+    # Input index of each consumed record: inputs are pulled in order, so a repeat suffices.
+    per_input = np.diff(np.append(b, m))
+    src = np.repeat(np.arange(len(b), dtype=np.int64), per_input)
+    if len(src) < m:  # records consumed before any input was pulled (no parent)
+        slots = slots[m - len(src) :]
+    order = _stable_order(slots, n)
+    s_sorted, i_sorted = slots[order], src[order]
+    if len(s_sorted) > 1:  # a key seen twice in one input has that input as parent once
+        keep = np.empty(len(s_sorted), dtype=bool)
+        keep[0] = True
+        np.not_equal(s_sorted[1:], s_sorted[:-1], out=keep[1:])
+        keep[1:] |= i_sorted[1:] != i_sorted[:-1]
+        s_sorted, i_sorted = s_sorted[keep], i_sorted[keep]
+    journal.batch(
+        cp,
+        n,
+        parent_counts=np.bincount(s_sorted, minlength=n),
+        parent_ids=in_ids[i_sorted],
+    )
+
+
+def _journal_output(journal, s: OutputSink, split: int, state, sink, in_ids, group_parent):
+    m = sink.n_records
+    if group_parent is not None:
+        counts, parents = np.ones(m, dtype=np.int64), np.full(m, group_parent)
+    else:
+        idx = _input_index(state.bounds, m)
+        has = idx >= 0
+        counts = has.astype(np.int64)
+        parents = in_ids[idx[has]]
+    columns: dict = {"parent_counts": counts, "parent_ids": parents}
+    if s.action == "save" and sink.lengths is not None:
+        lens = np.frombuffer(sink.lengths, dtype=np.int64) + 1  # each record, then "\n"
+        columns["offsets"] = np.concatenate(([0], np.cumsum(lens)))
+        uri = "file://" + os.path.join(os.path.abspath(s.save_path or "."), f"part-{split:05d}")
+        columns["location"] = Location(uri, 0, int(lens.sum()))
+    elif sink.values is not None:
+        columns["values"] = sink.values
+    journal.batch(s.cp, m, **columns)

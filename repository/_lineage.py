@@ -1,0 +1,453 @@
+"""Lineage over stored events: record ids to events, backward and forward hops, raw data.
+
+Record ids are (capture point, partition, position). Every lineage batch's toc row says which
+positions of which (run, capture point, partition) it holds and the event id of the first, so
+finding a record's event is a dictionary lookup and a bisect, never a scan. Backward hops read
+only the blocks holding the asked-for records (parents are stored with each record, CSR);
+forward hops read the child capture point's batches and match parent ids with numpy, pruned
+to the same partition when the run's descriptor says the dependency is narrow.
+"""
+
+from __future__ import annotations
+
+import json
+import pickle
+import threading
+from bisect import bisect_right
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from urllib.parse import urlparse
+
+import numpy as np
+
+from journals import (
+    MAX_PARTITION,
+    ProvenanceEvent,
+    record_id_base,
+    unpack_record_id,
+    unpack_record_ids,
+)
+
+from ._blocks import BatchSlice
+from ._errors import NotFound
+from ._store import LogStore
+
+PARTITION_BITS = MAX_PARTITION.bit_length()
+
+RUN_COMPONENT_TYPE = "lineage-run"  # the run descriptor's batches
+_CACHE_BYTES = 256 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class BatchLoc:
+    """One stored lineage batch: positions [pos_start, pos_start + count) -> event ids."""
+
+    log_first: int
+    first_event_id: int
+    count: int
+    pos_start: int
+    component_id: str
+    component_type: str
+    event_type: str
+    attempt: int
+    associations: int
+
+
+@dataclass
+class CapturePointInfo:
+    """What a run's descriptor (or, lacking one, its batches) says about a capture point."""
+
+    number: int
+    component_id: str
+    component_type: str
+    event_type: str
+    parents: list[int] = field(default_factory=list)
+    dependency: str = "unknown"  # source | narrow | shuffle | union | unknown
+    partitions: int = 0
+    records: int = 0
+    associations: int = 0
+
+
+@dataclass
+class RunInfo:
+    run_id: str
+    capture_points: dict[int, CapturePointInfo]
+    descriptor: dict | None
+    first_event_id: int
+    last_event_id: int
+    records: int
+
+
+class _Slice:
+    """Decoded columns of one stored batch slice."""
+
+    __slots__ = (
+        "count",
+        "first_id",
+        "nbytes",
+        "offsets",
+        "parents",
+        "starts",
+        "uri",
+        "values",
+        "voffs",
+    )
+
+    def __init__(self, entry: BatchSlice) -> None:
+        b = entry.batch
+        self.first_id = entry.first_id
+        self.count = len(b)
+        self.starts = b.parent_starts()
+        self.parents = b.parent_array()
+        self.offsets = b.offsets.to_array() if b.offsets is not None else None
+        self.uri = b.location.uri if b.location is not None else None
+        self.values = b.values
+        self.voffs = b.value_offsets.to_array() if b.value_offsets is not None else None
+        self.nbytes = (
+            64
+            + sum(
+                a.nbytes
+                for a in (self.starts, self.parents, self.offsets, self.voffs)
+                if a is not None
+            )
+            + (len(self.values) if self.values else 0)
+        )
+
+
+class LineageIndex:
+    """Per-run directories of lineage batches, kept in step with the repository's logs."""
+
+    def __init__(self, store: LogStore) -> None:
+        self._store = store
+        self._lock = threading.RLock()
+        self._seen: set[int] = set()
+        self._dirs: dict[str, dict[tuple[int, int], list[BatchLoc]]] = {}
+        self._firsts: dict[tuple[str, int, int], list[int]] = {}
+        self._run_ids: dict[str, list[int]] = {}  # run -> [first id, last id, records]
+        self._descriptors: dict[str, tuple[int, int]] = {}  # run -> (version, event id)
+        self._cache: OrderedDict[tuple[int, int, int], _Slice] = OrderedDict()
+        self._cache_bytes = 0
+
+    # -- directory ---------------------------------------------------------------------------
+
+    def refresh(self) -> None:
+        readers = self._store.readers()
+        live = {r.first_id for r in readers}
+        with self._lock:
+            if self._seen - live:  # logs aged off: rebuild (rare; cheap, tocs are in memory)
+                self._seen.clear()
+                self._dirs.clear()
+                self._firsts.clear()
+                self._run_ids.clear()
+                self._descriptors.clear()
+                self._cache.clear()
+                self._cache_bytes = 0
+            for r in readers:
+                if r.first_id in self._seen:
+                    continue
+                self._seen.add(r.first_id)
+                for b in r.toc.batches:
+                    self._add(r.first_id, b)
+            for key, locs in self._dirs_items():
+                locs.sort(key=lambda x: x.pos_start)
+                self._firsts[key] = [x.pos_start for x in locs]
+
+    def _dirs_items(self):
+        for run, d in self._dirs.items():
+            for (cp, part), locs in d.items():
+                yield (run, cp, part), locs
+
+    def _add(self, log_first: int, b) -> None:
+        if b.record_step != 1:
+            return  # not positional record ids: not part of a Spark run's lineage
+        cp, part, pos = unpack_record_id(b.record_start)
+        loc = BatchLoc(
+            log_first,
+            b.first_event_id,
+            b.count,
+            pos,
+            b.component_id,
+            b.component_type,
+            b.event_type,
+            b.attempt,
+            b.associations,
+        )
+        self._dirs.setdefault(b.run_id, {}).setdefault((cp, part), []).append(loc)
+        ids = self._run_ids.setdefault(b.run_id, [b.first_event_id, 0, 0])
+        ids[0] = min(ids[0], b.first_event_id)
+        ids[1] = max(ids[1], b.first_event_id + b.count - 1)
+        ids[2] += b.count
+        if b.component_type == RUN_COMPONENT_TYPE:
+            prev = self._descriptors.get(b.run_id)
+            if prev is None or part >= prev[0]:
+                self._descriptors[b.run_id] = (part, b.first_event_id)
+
+    def runs(self) -> list[str]:
+        self.refresh()
+        with self._lock:
+            return sorted(self._dirs, key=lambda r: self._run_ids[r][0])
+
+    def latest_run(self) -> str:
+        runs = self.runs()
+        if not runs:
+            raise NotFound("the repository holds no lineage runs")
+        return runs[-1]
+
+    def run_info(self, run_id: str) -> RunInfo:
+        self.refresh()
+        with self._lock:
+            d = self._dirs.get(run_id)
+            if d is None:
+                raise NotFound(
+                    f"no lineage run {run_id!r} (runs: {', '.join(self.runs()) or 'none'})"
+                )
+            desc = self.descriptor(run_id)
+            cps: dict[int, CapturePointInfo] = {}
+            if desc:
+                for c in desc.get("capture_points", []):
+                    cps[c["cp"]] = CapturePointInfo(
+                        c["cp"],
+                        c["component_id"],
+                        c["component_type"],
+                        c["event_type"],
+                        list(c.get("parents", [])),
+                        c.get("dependency", "unknown"),
+                        c.get("partitions", 0),
+                    )
+            for (cp, _part), locs in d.items():
+                if locs[0].component_type == RUN_COMPONENT_TYPE:
+                    continue
+                info = cps.get(cp)
+                if info is None:
+                    info = cps[cp] = CapturePointInfo(
+                        cp, locs[0].component_id, locs[0].component_type, locs[0].event_type
+                    )
+                info.records += sum(x.count for x in locs)
+                info.associations += sum(x.associations for x in locs)
+            first, last, records = self._run_ids[run_id]
+            return RunInfo(run_id, dict(sorted(cps.items())), desc, first, last, records)
+
+    def descriptor(self, run_id: str) -> dict | None:
+        ref = self._descriptors.get(run_id)
+        if ref is None:
+            return None
+        ev = self._store.get(ref[1])
+        if ev is None or not ev.details:
+            return None
+        try:
+            return json.loads(ev.details)
+        except json.JSONDecodeError:
+            return None
+
+    def _loc(self, run: str, cp: int, part: int, pos: int) -> BatchLoc | None:
+        d = self._dirs.get(run)
+        if d is None:
+            return None
+        locs = d.get((cp, part))
+        if not locs:
+            return None
+        i = bisect_right(self._firsts[(run, cp, part)], pos) - 1
+        if i < 0:
+            return None
+        loc = locs[i]
+        return loc if pos < loc.pos_start + loc.count else None
+
+    def partitions(self, run: str, cp: int) -> list[int]:
+        d = self._dirs.get(run, {})
+        return sorted(p for (c, p) in d if c == cp)
+
+    def locs(self, run: str, cp: int, part: int) -> list[BatchLoc]:
+        return list(self._dirs.get(run, {}).get((cp, part), []))
+
+    # -- records -----------------------------------------------------------------------------
+
+    def event_ids(self, run: str, record_ids: np.ndarray) -> np.ndarray:
+        """Event id of each record (0 where the record is not stored)."""
+        self.refresh()
+        out = np.zeros(len(record_ids), dtype=np.int64)
+        cps, parts, poss = unpack_record_ids(np.asarray(record_ids, dtype=np.int64))
+        with self._lock:
+            for k in range(len(out)):
+                loc = self._loc(run, int(cps[k]), int(parts[k]), int(poss[k]))
+                if loc is not None:
+                    out[k] = loc.first_event_id + int(poss[k]) - loc.pos_start
+        return out
+
+    def events(self, run: str, record_ids: np.ndarray) -> list[ProvenanceEvent | None]:
+        return [self._store.get(int(e)) if e else None for e in self.event_ids(run, record_ids)]
+
+    def all_records(self, run: str, cp: int) -> np.ndarray:
+        """Every record id stored at a capture point, ascending."""
+        self.refresh()
+        chunks = []
+        with self._lock:
+            for part in self.partitions(run, cp):
+                base = record_id_base(cp, part)
+                for loc in self._dirs[run][(cp, part)]:
+                    chunks.append(base + loc.pos_start + np.arange(loc.count, dtype=np.int64))
+        return np.unique(np.concatenate(chunks)) if chunks else np.array([], dtype=np.int64)
+
+    # -- hops --------------------------------------------------------------------------------
+
+    def parents(self, run: str, record_ids: np.ndarray) -> np.ndarray:
+        """The distinct parent record ids of the given records (backward hop)."""
+        self.refresh()
+        ids = np.unique(np.asarray(record_ids, dtype=np.int64))
+        out = []
+        for _, loc, positions in self._group(run, ids):
+            evs = loc.first_event_id + positions - loc.pos_start
+            for sl, local in self._slices_for(loc, evs):
+                if sl.parents is None:
+                    continue
+                lo, hi = sl.starts[local], sl.starts[local + 1]
+                out.append(_gather_ranges(sl.parents, lo, hi))
+        return np.unique(np.concatenate(out)) if out else np.array([], dtype=np.int64)
+
+    def children(self, run: str, record_ids: np.ndarray, info: RunInfo | None = None) -> np.ndarray:
+        """The distinct records that have any of these records as a parent (forward hop)."""
+        self.refresh()
+        ids = np.unique(np.asarray(record_ids, dtype=np.int64))
+        if not len(ids):
+            return ids
+        info = info or self.run_info(run)
+        cps, parts, _ = unpack_record_ids(ids)
+        out = []
+        for cp in np.unique(cps).tolist():
+            mine = ids[cps == cp]
+            my_parts = set(parts[cps == cp].tolist())
+            for child in self._child_cps(info, cp):
+                c = info.capture_points.get(child)
+                narrow = c is not None and c.dependency == "narrow"
+                for part in self.partitions(run, child):
+                    if narrow and part not in my_parts:
+                        continue
+                    for loc in self._dirs[run][(child, part)]:
+                        out.append(self._children_in(run, child, part, loc, mine))
+        return np.unique(np.concatenate(out)) if out else np.array([], dtype=np.int64)
+
+    def _child_cps(self, info: RunInfo, cp: int) -> list[int]:
+        known = [c.number for c in info.capture_points.values() if cp in c.parents]
+        if info.descriptor is not None:
+            return known
+        # No descriptor: any other capture point of the run may refer to this one.
+        return [c for c in info.capture_points if c != cp]
+
+    def _children_in(self, run, cp, part, loc: BatchLoc, parents: np.ndarray) -> np.ndarray:
+        found = []
+        evs = loc.first_event_id + np.arange(loc.count, dtype=np.int64)
+        for sl, _ in self._slices_for(loc, evs):
+            if sl.parents is None or not len(sl.parents):
+                continue
+            hit = np.flatnonzero(np.isin(sl.parents, parents, assume_unique=False))
+            if not len(hit):
+                continue
+            rec = np.searchsorted(sl.starts, hit, side="right") - 1
+            pos = sl.first_id - loc.first_event_id + loc.pos_start + np.unique(rec)
+            found.append(record_id_base(cp, part) + pos)
+        return np.concatenate(found) if found else np.array([], dtype=np.int64)
+
+    def _group(self, run: str, ids: np.ndarray):
+        """(record id of position 0, BatchLoc, positions) for the records that are stored."""
+        cps, parts, poss = unpack_record_ids(ids)
+        key = (cps << PARTITION_BITS) | parts
+        with self._lock:
+            for k in np.unique(key).tolist():
+                sel = key == k
+                cp, part = k >> PARTITION_BITS, k & MAX_PARTITION
+                pos = poss[sel]
+                locs = self._dirs.get(run, {}).get((cp, part), [])
+                base = record_id_base(cp, part)
+                for loc in locs:
+                    m = (pos >= loc.pos_start) & (pos < loc.pos_start + loc.count)
+                    if m.any():
+                        yield base, loc, pos[m]
+
+    def _slices_for(self, loc: BatchLoc, event_ids: np.ndarray):
+        """(decoded slice, local record indexes) covering the given event ids of one batch."""
+        reader = self._store.reader_for(int(event_ids[0])) if len(event_ids) else None
+        if reader is None:
+            return
+        event_ids = np.sort(event_ids)
+        blocks = np.searchsorted(reader._block_ids, event_ids, side="right") - 1
+        for bi in np.unique(blocks).tolist():
+            in_block = event_ids[blocks == bi]
+            for _, sl in self._block_slices(reader, bi):
+                if sl.first_id + sl.count <= in_block[0] or sl.first_id > in_block[-1]:
+                    continue
+                m = (in_block >= sl.first_id) & (in_block < sl.first_id + sl.count)
+                if m.any():
+                    yield sl, in_block[m] - sl.first_id
+
+    def _block_slices(self, reader, bi: int):
+        key0 = (reader.first_id, bi)
+        with self._lock:
+            cached = [(k[2], v) for k, v in self._cache.items() if k[:2] == key0]
+        if cached:
+            return cached
+        try:
+            entries = self._store.block(reader, bi)
+        except FileNotFoundError:
+            return []
+        out = []
+        with self._lock:
+            for j, e in enumerate(entries):
+                if isinstance(e, BatchSlice):
+                    sl = _Slice(e)
+                    self._cache[(reader.first_id, bi, j)] = sl
+                    self._cache_bytes += sl.nbytes
+                    out.append((j, sl))
+            while self._cache_bytes > _CACHE_BYTES and self._cache:
+                _, old = self._cache.popitem(last=False)
+                self._cache_bytes -= old.nbytes
+        return out
+
+    # -- data --------------------------------------------------------------------------------
+
+    def record_data(self, run: str, record_ids: np.ndarray) -> list:
+        """Raw data of each record: source bytes re-read by offset, or the captured value;
+        None where neither was captured."""
+        self.refresh()
+        ids = np.asarray(record_ids, dtype=np.int64)
+        out: dict[int, object] = {}
+        for base, loc, positions in self._group(run, np.unique(ids)):
+            evs = loc.first_event_id + positions - loc.pos_start
+            for sl, local in self._slices_for(loc, evs):
+                first = base + loc.pos_start + (sl.first_id - loc.first_event_id)
+                for li in local.tolist():
+                    out[first + li] = _datum(sl, li)
+        return [out.get(int(r)) for r in ids]
+
+
+def _datum(sl: _Slice, li: int):
+    if sl.voffs is not None and sl.values is not None:
+        raw = sl.values[int(sl.voffs[li]) : int(sl.voffs[li + 1])]
+        try:
+            return pickle.loads(raw)
+        except Exception:  # a value that cannot be rebuilt here is shown as its bytes
+            return raw
+    if sl.offsets is not None and sl.uri is not None:
+        start, end = int(sl.offsets[li]), int(sl.offsets[li + 1])
+        return read_range(sl.uri, start, end - start)
+    return None
+
+
+def read_range(uri: str, offset: int, length: int) -> str | None:
+    """The bytes of a record in a local/shared file, decoded, without its line terminator."""
+    path = urlparse(uri).path if uri.startswith("file://") else uri
+    try:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            raw = f.read(max(0, length))
+    except OSError:
+        return None
+    return raw.rstrip(b"\r\n").decode("utf-8", "replace")
+
+
+def _gather_ranges(values: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """Concatenation of values[lo[k]:hi[k]] for all k, vectorized."""
+    lens = hi - lo
+    total = int(lens.sum())
+    if total == 0:
+        return np.array([], dtype=values.dtype)
+    starts = np.repeat(lo - np.concatenate(([0], np.cumsum(lens)[:-1])), lens)
+    return values[starts + np.arange(total)]
