@@ -15,7 +15,7 @@ from itertools import repeat
 import msgspec
 import numpy as np
 
-from ._columns import IntColumn
+from ._columns import PLAIN, SEGMENTED, IntColumn
 
 
 class EventType(str, enum.Enum):
@@ -196,6 +196,15 @@ class LineageBatch(msgspec.Struct, array_like=True, gc=False, kw_only=True):
         """How many (record, parent) references the batch holds."""
         return 0 if self.parent_ids is None else self.parent_ids.n
 
+    def parent_array(self) -> np.ndarray | None:
+        """All parent ids as one int64 array (CSR order), or None when records have none.
+        Use this rather than `parent_ids.to_array()`: stored parent columns need the counts."""
+        if self.parent_ids is None:
+            return None
+        if self.parent_ids.codec == SEGMENTED and self.parent_counts is not None:
+            return self.parent_ids.to_array(self.parent_counts.to_array())
+        return self.parent_ids.to_array()
+
     def parent_starts(self) -> np.ndarray:
         """CSR row starts: N+1 entries, record i's parents are [starts[i], starts[i+1])."""
         n = len(self)
@@ -224,7 +233,7 @@ class LineageBatch(msgspec.Struct, array_like=True, gc=False, kw_only=True):
         counts = parents = starts = offs = vo = None
         if self.parent_counts is not None and self.parent_ids is not None:
             counts = self.parent_counts.to_array()
-            parents = self.parent_ids.to_array()
+            parents = self.parent_array()
             starts = self.parent_starts()
         if self.offsets is not None:
             offs = self.offsets.to_array()
@@ -268,11 +277,16 @@ class LineageBatch(msgspec.Struct, array_like=True, gc=False, kw_only=True):
 
     def compacted(self) -> LineageBatch:
         """The same batch with columns in their compact (delta/shuffled) storage form."""
+        pc, pi = self.parent_counts, self.parent_ids
+        if pc is not None and pi is not None:
+            # Parents are coded row by row (SEGMENTED), which needs the counts to decode.
+            pi = pi.compacted(pc.to_array()) if pi.codec == PLAIN else pi
+            pc = pc.compacted()
         return msgspec.structs.replace(
             self,
             record_ids=self.record_ids.compacted(),
-            parent_counts=None if self.parent_counts is None else self.parent_counts.compacted(),
-            parent_ids=None if self.parent_ids is None else self.parent_ids.compacted(),
+            parent_counts=pc,
+            parent_ids=pi,
             offsets=None if self.offsets is None else self.offsets.compacted(),
             value_offsets=None if self.value_offsets is None else self.value_offsets.compacted(),
         )
@@ -314,7 +328,7 @@ class LineageBatch(msgspec.Struct, array_like=True, gc=False, kw_only=True):
         ids = self.record_ids.to_array()[start:stop].tolist()
         if self.parent_ids is not None:
             starts = self.parent_starts()
-            flat = self.parent_ids.to_array()[starts[start] : starts[stop]].tolist()
+            flat = self.parent_array()[starts[start] : starts[stop]].tolist()
             b = (starts[start : stop + 1] - starts[start]).tolist()
             parents = [flat[x:y] for x, y in itertools.pairwise(b)]
         else:
