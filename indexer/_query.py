@@ -62,10 +62,6 @@ def _true(_e: ProvenanceEvent) -> bool:
     return True
 
 
-def _false(_e: ProvenanceEvent) -> bool:
-    return False
-
-
 def _one_line(text: str) -> str:
     return " ".join(str(text).split())
 
@@ -221,7 +217,10 @@ class UserQuery:
             test = self._compile(sub)
             {"must": must, "must_not": must_not}.get(occur, should).append(test)
         if not must and not should:
-            return _false  # Tantivy: a group of only negative clauses matches nothing
+            # `a AND NOT b` parses as must(a), must(group(must_not(b))). Tantivy makes such a
+            # group match nothing (so the whole query matches nothing); boolean logic, which
+            # is what anyone writing it means, makes it "everything except b".
+            return lambda e: not any(t(e) for t in must_not)
 
         def test(e: ProvenanceEvent) -> bool:
             if must:
@@ -292,15 +291,15 @@ def _relax(node: Mapping[str, Any], attrs: frozenset[str]) -> Query:
         return _term(name, phrase) if attr in attrs else Query.all_query()
     if kind == "range":
         name = node["field"]
+        if name not in INT_FIELDS and name not in BOUND_FIELDS:
+            return Query.all_query()  # text ranges: spans cannot test them, events can
         lo, hi = node["lower"], node["upper"]
         lo_v = None if lo["type"] == "unbounded" else int(lo["value"])
         hi_v = None if hi["type"] == "unbounded" else int(hi["value"])
         lo_inc, hi_inc = lo["type"] != "exclusive", hi["type"] != "exclusive"
         if name in INT_FIELDS:
             return Query.range_query(SPAN_SCHEMA, name, _INT, lo_v, hi_v, lo_inc, hi_inc)
-        if name in BOUND_FIELDS:
-            return overlap(name, lo_v, hi_v, lo_inc, hi_inc)
-        return Query.all_query()  # text ranges: spans cannot test them, events can
+        return overlap(name, lo_v, hi_v, lo_inc, hi_inc)
     if kind == "set":
         name, elements = node["field"], node["elements"]
         if not elements:
@@ -316,19 +315,17 @@ def _relax(node: Mapping[str, Any], attrs: frozenset[str]) -> Query:
             return Query.term_set_query(SPAN_SCHEMA, name, list(elements))
         return Query.all_query()
     if kind == "bool":
-        must, should, negative = [], [], False
+        must, should = [], []
         for occur, sub in node["clauses"]:
             if occur == "must":
                 must.append(_relax(sub, attrs))
-            elif occur == "must_not":
-                negative = True  # dropped: it can only remove candidates
-            else:
+            elif occur != "must_not":  # negated clauses are dropped: they only remove events
                 should.append(_relax(sub, attrs))
         if must:
             return _all(must)  # optional clauses beside required ones select nothing
         if should:
             return _any(should)
-        return Query.empty_query() if negative else Query.all_query()
+        return Query.all_query()  # only negative clauses: "everything except ..."
     return Query.all_query()
 
 
