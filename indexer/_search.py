@@ -34,9 +34,9 @@ def _is_panic(e: BaseException) -> bool:
 def _shard_hits(
     shards: ShardSet, info: ShardInfo, preds: Predicates, newest_first: bool
 ) -> Iterator[SpanHit]:
+    query = preds.span_query(info.attributes)
     try:
         searcher = shards.searcher(info)
-        query = preds.span_query(info.attributes)
     except (ValueError, OSError) as e:
         log.warning("index shard %s cannot be searched (%s); skipping it", info.name, e)
         return
