@@ -127,13 +127,17 @@ class LineageIndex:
         self._descriptors: dict[str, tuple[int, int]] = {}  # run -> (version, event id)
         self._cache: OrderedDict[tuple[int, int, int], _Slice] = OrderedDict()
         self._cache_bytes = 0
+        self._infos: dict[str, RunInfo] = {}
 
     # -- directory ---------------------------------------------------------------------------
 
     def refresh(self) -> None:
+        """Take in logs committed (or aged off) since the last call; cheap when none were."""
         readers = self._store.readers()
         live = {r.first_id for r in readers}
         with self._lock:
+            if live == self._seen:
+                return
             if self._seen - live:  # logs aged off: rebuild (rare; cheap, tocs are in memory)
                 self._seen.clear()
                 self._dirs.clear()
@@ -142,24 +146,22 @@ class LineageIndex:
                 self._descriptors.clear()
                 self._cache.clear()
                 self._cache_bytes = 0
+            touched = set()
             for r in readers:
                 if r.first_id in self._seen:
                     continue
                 self._seen.add(r.first_id)
                 for b in r.toc.batches:
-                    self._add(r.first_id, b)
-            for key, locs in self._dirs_items():
+                    touched.add(self._add(r.first_id, b))
+            for key in touched - {None}:
+                locs = self._dirs[key[0]][key[1:]]
                 locs.sort(key=lambda x: x.pos_start)
                 self._firsts[key] = [x.pos_start for x in locs]
-
-    def _dirs_items(self):
-        for run, d in self._dirs.items():
-            for (cp, part), locs in d.items():
-                yield (run, cp, part), locs
+            self._infos.clear()
 
     def _add(self, log_first: int, b) -> None:
         if b.record_step != 1:
-            return  # not positional record ids: not part of a Spark run's lineage
+            return None  # not positional record ids: not part of a Spark run's lineage
         cp, part, pos = unpack_record_id(b.record_start)
         loc = BatchLoc(
             log_first,
@@ -181,6 +183,7 @@ class LineageIndex:
             prev = self._descriptors.get(b.run_id)
             if prev is None or part >= prev[0]:
                 self._descriptors[b.run_id] = (part, b.first_event_id)
+        return (b.run_id, cp, part)
 
     def runs(self) -> list[str]:
         self.refresh()
@@ -196,6 +199,9 @@ class LineageIndex:
     def run_info(self, run_id: str) -> RunInfo:
         self.refresh()
         with self._lock:
+            cached = self._infos.get(run_id)
+            if cached is not None:
+                return cached
             d = self._dirs.get(run_id)
             if d is None:
                 raise NotFound(
@@ -225,7 +231,9 @@ class LineageIndex:
                 info.records += sum(x.count for x in locs)
                 info.associations += sum(x.associations for x in locs)
             first, last, records = self._run_ids[run_id]
-            return RunInfo(run_id, dict(sorted(cps.items())), desc, first, last, records)
+            info = RunInfo(run_id, dict(sorted(cps.items())), desc, first, last, records)
+            self._infos[run_id] = info
+            return info
 
     def descriptor(self, run_id: str) -> dict | None:
         ref = self._descriptors.get(run_id)

@@ -38,3 +38,37 @@ def config() -> RepositoryConfig:
 def repo(tmp_path, config):
     with ProvenanceRepository.open(tmp_path / "repo", config) as r:
         yield r
+
+
+@pytest.fixture(scope="session")
+def spark():
+    """One local SparkSession for the whole test session (local[2], up to 4 task attempts so
+    retry tests can fail a task once). Workers run this interpreter, which has provrepo."""
+    import os
+    import sys
+
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    from pyspark.sql import SparkSession
+
+    session = (
+        SparkSession.builder.master("local[2,4]")
+        .appName("provrepo-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "4")
+        .config("spark.driver.memory", "1g")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()
+
+
+@pytest.fixture
+def lc(spark, tmp_path):
+    """A LineageContext over a fresh repository (rollover thread on, no fsync)."""
+    from agent import LineageContext
+
+    with ProvenanceRepository.open(
+        tmp_path / "lineage-repo", RepositoryConfig(sync="none", rollover_interval=3600)
+    ) as r:
+        yield LineageContext(spark, r)
