@@ -16,7 +16,7 @@ import time
 from collections.abc import Iterable, Mapping
 
 from indexer import Predicates, QueryError, ShardSet, SpanHit, UserQuery, candidate_spans
-from journals import EventType, ProvenanceEvent
+from journals import EventType, ProvenanceEvent, gc_paused
 
 from ._blocks import BlockError
 from ._config import parse_duration
@@ -161,8 +161,22 @@ def search(
     """The `limit` newest (or oldest) events matching `preds`, in that order."""
     if limit <= 0 or preds.impossible:  # Tantivy panics on limit 0: never pass it on
         return []
-    sign = 1 if newest_first else -1
     best: list[tuple[int, int, ProvenanceEvent]] = []  # min-heap of the `limit` best so far
+    with gc_paused():  # decoding allocates many small objects and no cycles
+        _collect(store, shards, preds, limit, newest_first, best)
+    best.sort(key=lambda k: k[:2], reverse=True)
+    return [k[2] for k in best]
+
+
+def _collect(
+    store: LogStore,
+    shards: ShardSet,
+    preds: Predicates,
+    limit: int,
+    newest_first: bool,
+    best: list[tuple[int, int, ProvenanceEvent]],
+) -> None:
+    sign = 1 if newest_first else -1
     for hit in candidate_spans(shards, preds, newest_first=newest_first):
         if len(best) >= limit:
             worst = sign * best[0][0]
@@ -174,8 +188,6 @@ def search(
                 heapq.heappush(best, key)
             elif key[:2] > best[0][:2]:
                 heapq.heapreplace(best, key)
-    best.sort(key=lambda k: k[:2], reverse=True)
-    return [k[2] for k in best]
 
 
 def _span_matches(
@@ -193,7 +205,7 @@ def _span_matches(
             lo, hi = hit.first_id, min(hit.stop_id, hit.first_id + limit)
         events = _read(store, reader, lo, hi)
         return events if events and preds.matches(events[0]) else []
-    return [e for e in _read(store, reader, hit.first_id, hit.stop_id) if preds.matches(e)]
+    return preds.filter(_read(store, reader, hit.first_id, hit.stop_id))
 
 
 def _read(store: LogStore, reader, lo: int, hi: int) -> list[ProvenanceEvent]:
