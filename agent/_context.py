@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import sys
 import threading
 import time
 import uuid
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
-
-import numpy as np
 
 from journals import EventType, LineageBatch, pack_record_id
 from repository import RUN_COMPONENT_TYPE, BadInput, ProvenanceRepository
@@ -50,6 +51,7 @@ class LineageContext:
         if on_error not in _ON_ERROR:
             raise BadInput(f"on_error must be one of {', '.join(_ON_ERROR)}, got {on_error!r}")
         self.sc = sc
+        _check_workers_can_capture(sc)
         self.repo = repo
         self.run_id = run_id or f"run-{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:6]}"
         self.on_error = on_error
@@ -199,5 +201,24 @@ class LineageContext:
         return f"LineageContext(run_id={self.run_id!r}, repo={self.repo.path!r})"
 
 
-def _ids(x) -> np.ndarray:
-    return np.asarray(x, dtype=np.int64)
+def _check_workers_can_capture(sc: Any) -> None:
+    """Spark's Python workers must import provrepo. They run `sc.pythonExec` (PYSPARK_PYTHON,
+    default "python3" on the PATH), which need not be this interpreter: if it is another, ask
+    it once, and fail with a clear message instead of every task failing later."""
+    exe = getattr(sc, "pythonExec", None) or "python3"
+    resolved = shutil.which(exe) or exe
+    if os.path.realpath(resolved) == os.path.realpath(sys.executable):
+        return
+    ok = sc.parallelize([0], 1).map(_can_import_agent).collect()
+    if not ok or not ok[0]:
+        raise BadInput(
+            f"Spark's Python workers run {exe!r}, which cannot import provrepo; set "
+            f"PYSPARK_PYTHON={sys.executable} before creating the SparkSession (or install "
+            "provrepo where the workers' Python can import it)"
+        )
+
+
+def _can_import_agent(_: int) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("agent._worker") is not None

@@ -62,31 +62,11 @@ class LineageRDD:
 
     def go_back_all(self) -> LineageRDD:
         """The source records (input lines, parallelized elements) these derive from."""
-        return self._closure(self._index.parents)
+        return self._with(self._index.trace(self.run_id, self.record_ids)[0])
 
     def go_next_all(self) -> LineageRDD:
         """The final output records that derive from these."""
-        return self._closure(self._index.children)
-
-    def _closure(self, hop: Callable[[str, np.ndarray], np.ndarray]) -> LineageRDD:
-        frontier = self.record_ids
-        ends: list[np.ndarray] = []
-        seen = 0
-        while len(frontier):
-            nxt = []
-            done = []
-            # Hop record groups per capture point, so records with nowhere to go are ends.
-            cps = unpack_record_ids(frontier)[0]
-            for cp in np.unique(cps).tolist():
-                group = frontier[cps == cp]
-                moved = hop(self.run_id, group)
-                (nxt if len(moved) else done).append(moved if len(moved) else group)
-            ends.extend(done)
-            frontier = np.unique(np.concatenate(nxt)) if nxt else np.array([], dtype=np.int64)
-            seen += 1
-            if seen > 10_000:  # lineage is a DAG; this only guards against a damaged repository
-                raise RuntimeError("lineage trace does not terminate (cycle in stored lineage?)")
-        return self._with(np.unique(np.concatenate(ends)) if ends else frontier)
+        return self._with(self._index.trace(self.run_id, self.record_ids, forward=True)[0])
 
     # -- data --------------------------------------------------------------------------------
 

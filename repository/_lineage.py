@@ -333,6 +333,36 @@ class LineageIndex:
                         out.append(self._children_in(run, child, part, loc, mine))
         return np.unique(np.concatenate(out)) if out else np.array([], dtype=np.int64)
 
+    def trace(
+        self, run: str, record_ids: np.ndarray, forward: bool = False, depth: int | None = None
+    ) -> tuple[np.ndarray, int]:
+        """Records reached by hopping back (or forward) `depth` capture points, or all the way
+        to the sources (final outputs) when depth is None. Records with nowhere further to go
+        stay in the result. Returns (record ids, hops taken)."""
+        hop = self.children if forward else self.parents
+        frontier = np.unique(np.asarray(record_ids, dtype=np.int64))
+        ends: list[np.ndarray] = []
+        hops = 0
+        while len(frontier) and (depth is None or hops < depth):
+            nxt, stuck = [], []
+            cps = unpack_record_ids(frontier)[0]
+            for cp in np.unique(cps).tolist():  # per capture point: some may end earlier
+                group = frontier[cps == cp]
+                moved = hop(run, group)
+                (nxt if len(moved) else stuck).append(moved if len(moved) else group)
+            if not nxt:
+                ends.extend(stuck)
+                frontier = np.array([], dtype=np.int64)
+                break
+            ends.extend(stuck)
+            frontier = np.unique(np.concatenate(nxt))
+            hops += 1
+            if hops > 100_000:  # lineage is a DAG: only a damaged repository could loop
+                raise RuntimeError("lineage trace does not terminate (cycle in stored lineage?)")
+        ends.append(frontier)
+        out = np.unique(np.concatenate(ends)) if ends else frontier
+        return out, hops
+
     def _child_cps(self, info: RunInfo, cp: int) -> list[int]:
         known = [c.number for c in info.capture_points.values() if cp in c.parents]
         if info.descriptor is not None:

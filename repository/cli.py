@@ -14,18 +14,20 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from importlib.metadata import entry_points
 
-import msgspec
-
+from ._cli_common import (
+    non_negative_int,
+    open_read_only,
+    positive_int,
+    print_json_lines,
+)
 from ._cli_index import register as register_index_commands
-from ._config import parse_duration
+from ._cli_lineage import register as register_lineage_commands
 from ._errors import BadInput, NotFound, RepositoryError, RepositoryLocked
-from ._repository import ProvenanceRepository
 
 EXIT_OK, EXIT_FAIL, EXIT_BAD_INPUT = 0, 1, 2
-_json = msgspec.json.Encoder()
 
 
 class CliError(BadInput):
@@ -35,46 +37,6 @@ class CliError(BadInput):
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str):  # one line, not argparse's usage dump
         raise CliError(f"{self.prog}: {message}")
-
-
-def open_read_only(path: str) -> ProvenanceRepository:
-    """Open an existing repository for reading (no lock: works beside a running owner)."""
-    return ProvenanceRepository.open(path, read_only=True)
-
-
-def positive_int(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if v <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must be positive")
-    return v
-
-
-def non_negative_int(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must not be negative")
-    return v
-
-
-def duration(text: str) -> float:
-    try:
-        return parse_duration(text)
-    except BadInput as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
-
-
-def print_json_lines(items: Iterable[dict]) -> None:
-    out = sys.stdout.buffer
-    for item in items:
-        out.write(_json.encode(item))
-        out.write(b"\n")
-    out.flush()
 
 
 # -- commands ------------------------------------------------------------------------------
@@ -153,12 +115,6 @@ def cmd_verify(args) -> int:
     return EXIT_OK
 
 
-def cmd_demo(args) -> int:
-    from ._demo import run_demo
-
-    return run_demo(args.repo, args.events)
-
-
 def _human(n: int | None) -> str:
     if n is None:
         return "-"
@@ -200,12 +156,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("repo")
     p.set_defaults(func=cmd_verify)
 
-    p = sub.add_parser("demo", help="run the embedded demo workload into a repository")
-    p.add_argument("--repo", default="provrepo-demo", help="where (default ./provrepo-demo)")
-    p.add_argument("--events", type=positive_int, default=200_000, help=argparse.SUPPRESS)
-    p.set_defaults(func=cmd_demo)
-
     register_index_commands(sub)  # search, reindex, age-off
+    register_lineage_commands(sub)  # trace, runs
     for register in _plugins():
         register(sub)
     return parser

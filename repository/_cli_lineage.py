@@ -1,0 +1,155 @@
+"""`provrepo trace` and `provrepo runs`: lineage over stored events, read-only."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+
+import numpy as np
+
+from journals import pack_record_id, unpack_record_ids
+
+from ._cli_common import non_negative_int, open_read_only, positive_int, print_json_lines
+from ._errors import NotFound
+from ._repository import ProvenanceRepository
+
+_TRIPLE = re.compile(r"^(\d+):(\d+):(\d+)$")
+
+
+def record_id(text: str) -> int:
+    """A record id: an integer, or capture_point:partition:position."""
+    m = _TRIPLE.match(text.strip())
+    try:
+        if m:
+            return pack_record_id(int(m[1]), int(m[2]), int(m[3]))
+        value = int(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"{text!r}: {e}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: record ids are not negative")
+    return value
+
+
+def _run_for(repo: ProvenanceRepository, run: str | None, rid: int) -> str:
+    index = repo.lineage
+    if run is not None:
+        index.run_info(run)  # raises NotFound naming the runs there are
+        return run
+    # The newest run that stores this record.
+    for candidate in reversed(index.runs()):
+        if index.event_ids(candidate, np.array([rid]))[0]:
+            return candidate
+    raise NotFound(f"no run of {repo.path} stores record {_fmt(rid)}")
+
+
+def _fmt(rid: int) -> str:
+    cp, part, pos = (int(x[0]) for x in unpack_record_ids(np.array([rid])))
+    return f"{rid} ({cp}:{part}:{pos})"
+
+
+def cmd_trace(args) -> int:
+    with open_read_only(args.repo) as repo:
+        index = repo.lineage
+        run = _run_for(repo, args.run, args.record_id)
+        if not index.event_ids(run, np.array([args.record_id]))[0]:
+            raise NotFound(f"run {run} stores no record {_fmt(args.record_id)}")
+        ids, hops = index.trace(run, np.array([args.record_id]), args.forward, args.depth)
+        if args.limit is not None:
+            ids = ids[: args.limit]
+        info = index.run_info(run)
+        events = index.events(run, ids)
+        data = index.record_data(run, ids) if args.data else None
+        cps, parts, poss = unpack_record_ids(ids)
+        rows = []
+        for k, rid in enumerate(ids.tolist()):
+            cp = info.capture_points.get(int(cps[k]))
+            ev = events[k]
+            row = {
+                "run_id": run,
+                "record_id": rid,
+                "capture_point": int(cps[k]),
+                "component_id": cp.component_id if cp else None,
+                "component_type": cp.component_type if cp else None,
+                "partition": int(parts[k]),
+                "position": int(poss[k]),
+                "event_id": ev.event_id if ev else None,
+                "event_type": ev.event_type.value if ev else None,
+                "hops": hops,
+            }
+            if ev is not None and ev.location is not None:
+                loc = ev.location
+                row["location"] = {"uri": loc.uri, "offset": loc.offset, "length": loc.length}
+            if data is not None:
+                row["data"] = _jsonable(data[k])
+            rows.append(row)
+        print_json_lines(rows)
+    return 0
+
+
+def _jsonable(value):
+    try:
+        json.dumps(value)
+        return value
+    except (TypeError, ValueError):
+        return repr(value)
+
+
+def cmd_runs(args) -> int:
+    with open_read_only(args.repo) as repo:
+        index = repo.lineage
+        runs = index.runs()
+        infos = [index.run_info(r) for r in runs]
+    if args.json:
+        print_json_lines(
+            {
+                "run_id": i.run_id,
+                "events": [i.first_event_id, i.last_event_id],
+                "records": i.records,
+                "capture_points": [
+                    {
+                        "capture_point": c.number,
+                        "component_id": c.component_id,
+                        "component_type": c.component_type,
+                        "event_type": c.event_type,
+                        "parents": c.parents,
+                        "dependency": c.dependency,
+                        "records": c.records,
+                        "associations": c.associations,
+                    }
+                    for c in i.capture_points.values()
+                ],
+            }
+            for i in infos
+        )
+        return 0
+    if not infos:
+        print("no lineage runs")
+        return 0
+    for i in infos:
+        print(f"{i.run_id}  events {i.first_event_id}..{i.last_event_id}  {i.records:,} records")
+        for c in i.capture_points.values():
+            parents = ",".join(map(str, c.parents)) or "-"
+            print(
+                f"  cp {c.number:<4} {c.component_id:<28} {c.component_type:<14} "
+                f"{c.event_type:<8} {c.records:>12,} records {c.associations:>12,} parents  "
+                f"<- {parents} ({c.dependency})"
+            )
+    return 0
+
+
+def register(sub) -> None:
+    p = sub.add_parser("trace", help="trace a record back to its inputs (or forward), JSON lines")
+    p.add_argument("repo")
+    p.add_argument("record_id", type=record_id, help="a record id, or cp:partition:position")
+    p.add_argument("--forward", action="store_true", help="trace to the outputs it reached")
+    p.add_argument("--depth", type=positive_int, default=None, help="hops (default: all)")
+    p.add_argument("--data", action="store_true", help="include raw data (re-read or captured)")
+    p.add_argument("--run", default=None, help="run id (default: the newest run with the record)")
+    p.add_argument("--limit", type=non_negative_int, default=None, help="at most this many")
+    p.set_defaults(func=cmd_trace)
+
+    p = sub.add_parser("runs", help="lineage runs, their capture points and record counts")
+    p.add_argument("repo")
+    p.add_argument("--json", action="store_true", help="JSON lines instead of text")
+    p.set_defaults(func=cmd_runs)
