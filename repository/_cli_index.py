@@ -12,15 +12,13 @@ import os
 import re
 import sys
 
+from ._cli_common import duration, non_negative_int, open_read_only, print_json_lines
+from ._config import parse_size
 from ._errors import BadInput, NotFound
 from ._layout import Layout
 from ._repository import ProvenanceRepository
 
-
-def _cli():
-    from . import cli  # cli imports this module's register(): import it late
-
-    return cli
+EXIT_OK, EXIT_FAIL = 0, 1
 
 
 def _attr(text: str) -> tuple[str, str]:
@@ -39,9 +37,8 @@ def _open_owner(path: str) -> ProvenanceRepository:
 
 
 def cmd_search(args) -> int:
-    cli = _cli()
     attributes = dict(args.attr) if args.attr else None
-    with cli.open_read_only(args.repo) as repo:
+    with open_read_only(args.repo) as repo:
         events = repo.search(
             start=args.start,
             end=args.end,
@@ -53,7 +50,7 @@ def cmd_search(args) -> int:
             limit=args.limit,
             newest_first=not args.oldest_first,
         )
-        cli.print_json_lines(ev.to_dict() for ev in events)
+        print_json_lines(ev.to_dict() for ev in events)
         st = repo.stats()
         if st["events_not_indexed"]:
             print(
@@ -62,7 +59,7 @@ def cmd_search(args) -> int:
                 "indexes them shortly, and `provrepo reindex` rebuilds the index",
                 file=sys.stderr,
             )
-    return cli.EXIT_OK
+    return EXIT_OK
 
 
 def cmd_reindex(args) -> int:
@@ -70,11 +67,10 @@ def cmd_reindex(args) -> int:
         n = repo.reindex(progress=not args.quiet)
         st = repo.stats()
     print(f"reindexed {n:,} events into {st['index_shards']} shard(s), {st['index_bytes']:,} bytes")
-    return _cli().EXIT_OK
+    return EXIT_OK
 
 
 def cmd_age_off(args) -> int:
-    cli = _cli()
     with _open_owner(args.repo) as repo:
         if (
             args.max_age is None
@@ -85,7 +81,7 @@ def cmd_age_off(args) -> int:
             raise BadInput("no age-off limit: give --max-age or --max-bytes (none is configured)")
         rep = repo.age_off(max_age=args.max_age, max_bytes=args.max_bytes)
     if args.json:
-        cli.print_json_lines([rep.to_dict()])
+        print_json_lines([rep.to_dict()])
     else:
         ids = ", ".join(f"{lo}..{hi - 1}" for lo, hi in rep.deleted_logs) or "none"
         print(
@@ -95,13 +91,11 @@ def cmd_age_off(args) -> int:
         )
     if rep.unmet:
         print(f"provrepo: warning: {rep.unmet}", file=sys.stderr)
-        return cli.EXIT_FAIL
-    return cli.EXIT_OK
+        return EXIT_FAIL
+    return EXIT_OK
 
 
 def _size(text: str) -> int:
-    from ._config import parse_size
-
     try:
         v = parse_size(text, "--max-bytes")
     except BadInput as e:
@@ -112,7 +106,7 @@ def _size(text: str) -> int:
 
 
 def _positive_duration(text: str) -> float:
-    v = _cli().duration(text)
+    v = duration(text)
     if v <= 0:
         raise argparse.ArgumentTypeError(f"{text!r} must be positive")
     return v
@@ -120,7 +114,6 @@ def _positive_duration(text: str) -> float:
 
 def register(sub) -> None:
     """Add the search, reindex and age-off commands to the `provrepo` parser."""
-    cli = _cli()
     p = sub.add_parser(
         "search",
         help="events by time range and fields, as JSON lines (newest first)",
@@ -141,9 +134,7 @@ def register(sub) -> None:
         "--attr", action="append", type=_attr, metavar="K=V", help="attribute equals (repeatable)"
     )
     p.add_argument("--query", metavar="Q", help="Tantivy query over the indexed fields")
-    p.add_argument(
-        "--limit", type=cli.non_negative_int, default=100, help="at most this many (100)"
-    )
+    p.add_argument("--limit", type=non_negative_int, default=100, help="at most this many (100)")
     p.add_argument("--oldest-first", action="store_true", help="oldest events first")
     p.set_defaults(func=cmd_search)
 
