@@ -18,6 +18,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Generic, Protocol, TypeVar
 
+from journals import gc_paused
+
 from ._model import LogSpans
 from ._shards import OLD_SUFFIX, REBUILD_SUFFIX, ShardSet
 
@@ -147,7 +149,8 @@ class IndexWorker(Generic[S]):
 
     def _add(self, shards: ShardSet, src: S) -> int:
         try:
-            spans = self._summarize(src)
+            with gc_paused():  # decoding allocates many small objects and no cycles
+                spans = self._summarize(src)
         except FileNotFoundError:
             shards.skip(src.first_id, src.next_id)  # aged off before it was indexed
             return 0

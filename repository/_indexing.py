@@ -16,7 +16,10 @@ import logging
 import math
 import sys
 from bisect import bisect_right
+from itertools import repeat
+from operator import attrgetter
 
+import msgspec
 from tqdm import tqdm
 
 from indexer import IndexWorker, LogSpans, ShardSet, Span, dir_bytes
@@ -115,45 +118,73 @@ def _block_times(toc: Toc, lo: int, hi: int) -> tuple[int, int]:
     return min(toc.block_min_time_ns[a:b]), max(toc.block_max_time_ns[a:b])
 
 
+class _Indexed(msgspec.Struct, array_like=True, gc=False):
+    """The leading fields of an encoded `ProvenanceEvent`: what a span summarizes. Decoding
+    only these (trailing fields ignored, plain strings instead of enum members) makes
+    summarizing rich events about twice as fast."""
+
+    event_time_ns: int
+    event_type: str
+    run_id: str
+    component_id: str
+    component_type: str
+    partition: int
+    attempt: int
+
+
+class _IndexedAttrs(_Indexed, array_like=True, gc=False):
+    """`_Indexed` and the attributes (decoded only when some are indexed: they cost most)."""
+
+    record_id: msgspec.Raw
+    parent_ids: msgspec.Raw
+    attributes: dict[str, str]
+
+
+_INDEXED = msgspec.msgpack.Decoder(list[_Indexed])
+_INDEXED_ATTRS = msgspec.msgpack.Decoder(list[_IndexedAttrs])
+
+
 def _rich_span(log_id: int, run: EventRun, attributes: frozenset[str]) -> Span:
-    events = run.events(run.first_id, run.first_id + run.count)
-    times = [e.event_time_ns for e in events]
+    events: list = (_INDEXED_ATTRS if attributes else _INDEXED).decode(run.data)
+
+    def values(field: str) -> tuple:
+        return tuple(sorted(set(map(attrgetter(field), events))))
+
+    times = list(map(attrgetter("event_time_ns"), events))
     attrs: dict[str, tuple[str, ...]] = {}
-    for a in attributes:
-        values = {e.attributes.get(a) for e in events}
-        values.discard(None)
-        if values:
-            attrs[a] = tuple(sorted(values))
-    first = events[0]
-    # Uniform: one event decides for all (every field a search can test is the same).
-    key = _key(first)
-    uniform = min(times) == max(times) and all(_key(e) == key for e in events)
+    if attributes:
+        dicts = list(map(attrgetter("attributes"), events))
+        for a in attributes:
+            vals = set(map(dict.get, dicts, repeat(a)))
+            vals.discard(None)
+            if vals:
+                attrs[a] = tuple(sorted(vals))
+    fields = {
+        "types": values("event_type"),
+        "runs": values("run_id"),
+        "components": values("component_id"),
+        "component_types": values("component_type"),
+        "partitions": values("partition"),
+        "attempts": values("attempt"),
+    }
+    lo, hi = min(times), max(times)
+    # Uniform: one event decides for all (every field a search can test is the same; the
+    # attributes must be known for that). Rich runs rarely are; lineage batches always are.
+    uniform = (
+        lo == hi
+        and bool(attributes)
+        and all(len(v) == 1 for v in fields.values())
+        and all(d == dicts[0] for d in dicts)
+    )
     return Span(
         log_id=log_id,
         first_id=run.first_id,
         count=run.count,
-        min_time_ns=min(times),
-        max_time_ns=max(times),
-        types=tuple(sorted({e.event_type.value for e in events})),
-        runs=tuple(sorted({e.run_id for e in events})),
-        components=tuple(sorted({e.component_id for e in events})),
-        component_types=tuple(sorted({e.component_type for e in events})),
-        partitions=tuple(sorted({e.partition for e in events})),
-        attempts=tuple(sorted({e.attempt for e in events})),
+        min_time_ns=lo,
+        max_time_ns=hi,
         attributes=attrs,
         uniform=uniform,
-    )
-
-
-def _key(e) -> tuple:
-    return (
-        e.event_type,
-        e.run_id,
-        e.component_id,
-        e.component_type,
-        e.partition,
-        e.attempt,
-        e.attributes,
+        **fields,
     )
 
 
