@@ -20,7 +20,7 @@ from typing import Generic, Protocol, TypeVar
 
 from journals import gc_paused
 
-from ._model import LogSpans
+from ._model import LogSpans, ShardInfo
 from ._shards import OLD_SUFFIX, REBUILD_SUFFIX, ShardSet
 
 log = logging.getLogger("provrepo.indexer")
@@ -190,6 +190,11 @@ class IndexWorker(Generic[S]):
                     return False
                 self._cond.wait(timeout=0.05 if left is None else min(left, 0.05))
         return True
+
+    def drop_shards(self, is_dead: Callable[[ShardInfo], bool]) -> list[ShardInfo]:
+        """Delete dead shards (see `ShardSet.drop`), never in the middle of a pass or rebuild."""
+        with self._lock:
+            return self.shards.drop(is_dead)
 
     # -- rebuilding --------------------------------------------------------------------------
 

@@ -337,7 +337,7 @@ class RepositoryIndex:
             i = bisect_right(alive, info.max_log)
             return i == 0 or alive[i - 1] < info.min_log
 
-        return [s.name for s in self.worker.shards.drop(dead)]
+        return [s.name for s in self.worker.drop_shards(dead)]
 
     def shard_bytes(self) -> dict[str, int]:
         return {s.name: dir_bytes(f"{self.shards.root}/{s.name}") for s in self.shards.shards()}
