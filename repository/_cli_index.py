@@ -13,7 +13,7 @@ import re
 import sys
 
 from ._cli_common import duration, non_negative_int, open_read_only, print_json_lines
-from ._config import parse_size
+from ._config import RepositoryConfig, parse_size
 from ._errors import BadInput, NotFound
 from ._layout import Layout
 from ._repository import ProvenanceRepository
@@ -71,14 +71,16 @@ def cmd_reindex(args) -> int:
 
 
 def cmd_age_off(args) -> int:
-    with _open_owner(args.repo) as repo:
-        if (
-            args.max_age is None
-            and args.max_bytes is None
-            and repo.config.max_storage_time is None
-            and repo.config.max_storage_bytes is None
-        ):
+    if args.max_age is None and args.max_bytes is None:
+        # Checked before opening: opening as owner recovers and rolls over (bad input
+        # changes nothing).
+        layout = Layout(os.path.abspath(args.repo))
+        config = RepositoryConfig.load(layout.config) if os.path.exists(layout.config) else None
+        if config is None or (config.max_storage_time is None and config.max_storage_bytes is None):
+            if not os.path.isdir(layout.logs) and config is None:
+                raise NotFound(f"no provenance repository at {layout.root}")
             raise BadInput("no age-off limit: give --max-age or --max-bytes (none is configured)")
+    with _open_owner(args.repo) as repo:
         rep = repo.age_off(max_age=args.max_age, max_bytes=args.max_bytes)
     if args.json:
         print_json_lines([rep.to_dict()])

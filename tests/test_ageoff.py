@@ -248,8 +248,10 @@ def test_cli_age_off(tmp_path, capsys):
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and "owned by another process" in err
         assert len(repo.logs()) == 2
-    assert main(["age-off", path]) == 2  # no limit given or configured
+    before = sorted(os.listdir(path))
+    assert main(["age-off", path]) == 2  # no limit given or configured: nothing opened
     assert "no age-off limit" in capsys.readouterr().err
+    assert sorted(os.listdir(path)) == before
     assert main(["age-off", path, "--max-age", "soon"]) == 2
     assert main(["age-off", str(tmp_path / "nope"), "--max-age", "1h"]) == 2
     assert not os.path.exists(tmp_path / "nope")
