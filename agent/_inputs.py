@@ -135,8 +135,9 @@ def parallel_input(
 def union_input(state: InputState, iterator, count: Callable[[], int]) -> Iterator:
     """Records arriving as (value, id) from other segments; their ids pass through."""
     bounds_append = state.bounds.append
-    state.ids = ids = array("q")
-    ids_append = ids.append
+    if state.ids is None:
+        state.ids = array("q")
+    ids_append = state.ids.append  # the same array the sinks read ids from
     for value, rid in iterator:
         ids_append(rid)
         bounds_append(count())
@@ -192,28 +193,36 @@ def aggregate_input(
     state.exhausted = True
 
 
+def _group_sides(iterator) -> dict:
+    """Merge what both sides shipped: key -> (left values, left ids, right values, right ids)."""
+    groups: dict = {}
+    get = groups.get
+    for k, (tag, vs, ids) in iterator:
+        g = get(k)
+        if g is None:
+            g = groups[k] = ([], [], [], [])
+        side = 0 if tag == 1 else 2
+        g[side].extend(vs)
+        g[side + 1].extend(ids)
+    return groups
+
+
 def join_input(state: InputState, iterator, count: Callable[[], int], how: str) -> Iterator:
     """Reduce side of (outer) joins: pair the two sides per key, as PySpark's python_join."""
-    groups: dict = {}
-    for k, (tag, v, rid) in iterator:
-        g = groups.get(k)
-        if g is None:
-            g = groups[k] = ([], [])
-        g[tag - 1].append((v, rid))
+    groups = _group_sides(iterator)
     pcounts = array("i")
     parents = array("q")
     pc_append, p_append = pcounts.append, parents.append
     bounds_append = state.bounds.append
-    none = [(None, -1)]
     left_outer, right_outer = how in ("left", "full"), how in ("right", "full")
     produced = 0
-    for k, (vs, ws) in groups.items():
+    for k, (vs, vids, ws, wids) in groups.items():
         if not ws and left_outer:
-            ws = none
+            ws, wids = [None], [-1]
         if not vs and right_outer:
-            vs = none
-        for v, rv in vs:
-            for w, rw in ws:
+            vs, vids = [None], [-1]
+        for v, rv in zip(vs, vids):
+            for w, rw in zip(ws, wids):
                 if rv >= 0 and rw >= 0:
                     pc_append(2)
                     p_append(rv)
@@ -232,19 +241,14 @@ def cogroup_input(state: InputState, iterator, count: Callable[[], int]) -> Iter
     """Reduce side of cogroup: one record per key with both sides' values; parents: all."""
     from pyspark.resultiterable import ResultIterable
 
-    groups: dict = {}
-    for k, (tag, v, rid) in iterator:
-        g = groups.get(k)
-        if g is None:
-            g = groups[k] = ([], [], [])
-        g[tag - 1].append(v)
-        g[2].append(rid)
+    groups = _group_sides(iterator)
     pcounts = array("i")
     parents = array("q")
     bounds_append = state.bounds.append
-    for k, (vs, ws, rids) in groups.items():
+    for k, (vs, vids, ws, wids) in groups.items():
+        rids = sorted(set(vids) | set(wids))
         pcounts.append(len(rids))
-        parents.extend(sorted(rids))
+        parents.extend(rids)
         bounds_append(count())
         yield (k, (ResultIterable(vs), ResultIterable(ws)))
     state.merge = (len(groups), "csr", pcounts, parents)

@@ -11,6 +11,8 @@ import pickle
 from array import array
 from collections.abc import Callable, Iterator
 
+from ._inputs import InputState
+
 _PICKLE = pickle.HIGHEST_PROTOCOL
 
 
@@ -117,37 +119,75 @@ class OutputSink:
             yield b
 
 
-class ShuffleSink:
-    """Map side of a shuffle without combining: each record travels with its input's id."""
+class IdSource:
+    """Where a record's input id comes from, as cheaply as the input allows: positional
+    inputs are `base + index`, union inputs carry explicit ids, and after a
+    mapPartitions(lineage="partition") every record derives from one group record."""
 
-    def __init__(self, current_id: Callable[[], int], tag: int | None) -> None:
-        self.current_id = current_id
+    __slots__ = ("base", "bounds", "const", "ids")
+
+    def __init__(self, state: InputState) -> None:
+        self.bounds = state.bounds
+        self.base = state.base
+        self.ids = state.ids
+        self.const: int | None = None
+
+
+class ShuffleSink:
+    """Map side of a shuffle without combining. Joins group values per key first, as
+    vanilla PySpark's join does (one shuffled record per key and side, with its values' input
+    ids); sorts ship each record with its input's id."""
+
+    def __init__(self, source: IdSource, tag: int | None) -> None:
+        self.source = source
         self.tag = tag
         self.n_records = 0
         self.count = _zero
 
     def run(self, records: Iterator) -> Iterator:
-        current_id, tag = self.current_id, self.tag
+        src, tag = self.source, self.tag
+        pulled = src.bounds.__len__
+        base, ids, const = src.base - 1, src.ids, src.const
         if tag is None:
-            for k, v in records:
-                yield k, (v, current_id())
-        else:
-            for k, v in records:
-                yield k, (tag, v, current_id())
+            if const is not None:
+                return ((k, (v, const)) for k, v in records)
+            if ids is None:
+                return ((k, (v, base + pulled())) for k, v in records)
+            return ((k, (v, ids[pulled() - 1])) for k, v in records)
+        groups: dict = {}
+        get = groups.get
+        for k, v in records:
+            g = get(k)
+            if g is None:
+                g = groups[k] = ([], [])
+            g[0].append(v)
+            g[1].append(
+                const
+                if const is not None
+                else base + pulled()
+                if ids is None
+                else ids[pulled() - 1]
+            )
+        return ((k, (tag, vs, rids)) for k, (vs, rids) in groups.items())
 
 
 class ForwardSink:
     """Into a union: (value, id of the input it came from)."""
 
-    def __init__(self, current_id: Callable[[], int]) -> None:
-        self.current_id = current_id
+    def __init__(self, source: IdSource) -> None:
+        self.source = source
         self.n_records = 0
         self.count = _zero
 
     def run(self, records: Iterator) -> Iterator:
-        current_id = self.current_id
-        for x in records:
-            yield x, current_id()
+        src = self.source
+        pulled = src.bounds.__len__
+        base, ids, const = src.base - 1, src.ids, src.const
+        if const is not None:
+            return ((x, const) for x in records)
+        if ids is None:
+            return ((x, base + pulled()) for x in records)
+        return ((x, ids[pulled() - 1]) for x in records)
 
 
 def _zero() -> int:

@@ -144,15 +144,12 @@ def run_segment(spec: SegmentSpec, split: int, iterator: Iterator) -> Iterator:
     if isinstance(inp, UnionInput):
         state.ids = array("q")
     groups: list[tuple[CapturePoint, array | None]] = []
-
-    def current_id() -> int:
-        if groups:
-            return record_id_base(groups[-1][0].number, split)
-        return state.current_id()
-
-    sink = _make_sink(spec, split, current_id)
+    ids = sinks.IdSource(state)
+    sink = _make_sink(spec, split, ids)
     records = _make_input(inp, state, split, iterator, sink.count, journal is not None)
     records = _apply_ops(records, spec.ops, split, state, groups)
+    if groups:  # after a partition-lineage mapPartitions every record derives from its group
+        ids.const = record_id_base(groups[-1][0].number, split)
     if spec.on_error == "skip":
         records = _skipping(records, journal, in_cp, state)
     try:
@@ -216,7 +213,7 @@ def _make_input(
     raise TypeError(f"unknown segment input {inp!r}")
 
 
-def _make_sink(spec: SegmentSpec, split: int, current_id: Callable[[], int]):
+def _make_sink(spec: SegmentSpec, split: int, ids: sinks.IdSource):
     s = spec.sink
     if isinstance(s, CombineSink):
         return sinks.CombineSink(
@@ -225,9 +222,9 @@ def _make_sink(spec: SegmentSpec, split: int, current_id: Callable[[], int]):
     if isinstance(s, OutputSink):
         return sinks.OutputSink(s.action, s.limit, s.capture_values and spec.journal is not None)
     if isinstance(s, ShuffleSink):
-        return sinks.ShuffleSink(current_id, s.tag)
+        return sinks.ShuffleSink(ids, s.tag)
     if isinstance(s, ForwardSink):
-        return sinks.ForwardSink(current_id)
+        return sinks.ForwardSink(ids)
     raise TypeError(f"unknown segment sink {s!r}")
 
 

@@ -125,9 +125,11 @@ class LineageIndex:
         self._firsts: dict[tuple[str, int, int], list[int]] = {}
         self._run_ids: dict[str, list[int]] = {}  # run -> [first id, last id, records]
         self._descriptors: dict[str, tuple[int, int]] = {}  # run -> (version, event id)
-        self._cache: OrderedDict[tuple[int, int, int], _Slice] = OrderedDict()
+        self._cache: OrderedDict[tuple[int, int], list[_Slice]] = OrderedDict()
         self._cache_bytes = 0
         self._infos: dict[str, RunInfo] = {}
+        self._whole: OrderedDict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = OrderedDict()
+        self._whole_bytes = 0
 
     # -- directory ---------------------------------------------------------------------------
 
@@ -146,6 +148,8 @@ class LineageIndex:
                 self._descriptors.clear()
                 self._cache.clear()
                 self._cache_bytes = 0
+                self._whole.clear()
+                self._whole_bytes = 0
             touched = set()
             for r in readers:
                 if r.first_id in self._seen:
@@ -371,18 +375,49 @@ class LineageIndex:
         return [c for c in info.capture_points if c != cp]
 
     def _children_in(self, run, cp, part, loc: BatchLoc, parents: np.ndarray) -> np.ndarray:
-        found = []
+        starts, flat = self._batch_parents(loc)
+        if not len(flat):
+            return np.array([], dtype=np.int64)
+        if len(parents) <= 8:  # a few ids: equality passes beat isin's sort
+            mask = flat == parents[0]
+            for p in parents[1:]:
+                mask |= flat == p
+        else:
+            mask = np.isin(flat, parents)
+        hit = np.flatnonzero(mask)
+        if not len(hit):
+            return np.array([], dtype=np.int64)
+        rec = np.unique(np.searchsorted(starts, hit, side="right") - 1)
+        return record_id_base(cp, part) + loc.pos_start + rec
+
+    def _batch_parents(self, loc: BatchLoc) -> tuple[np.ndarray, np.ndarray]:
+        """A whole batch's CSR parents as two arrays (for forward scans), cached by bytes."""
+        key = (loc.log_first, loc.first_event_id)
+        with self._lock:
+            hit = self._whole.get(key)
+            if hit is not None:
+                self._whole.move_to_end(key)
+                return hit
         evs = loc.first_event_id + np.arange(loc.count, dtype=np.int64)
-        for sl, _ in self._slices_for(loc, evs):
-            if sl.parents is None or not len(sl.parents):
+        starts, flats, base = [np.zeros(1, dtype=np.int64)], [], 0
+        for sl, local in self._slices_for(loc, evs):
+            if sl.parents is None:
                 continue
-            hit = np.flatnonzero(np.isin(sl.parents, parents, assume_unique=False))
-            if not len(hit):
-                continue
-            rec = np.searchsorted(sl.starts, hit, side="right") - 1
-            pos = sl.first_id - loc.first_event_id + loc.pos_start + np.unique(rec)
-            found.append(record_id_base(cp, part) + pos)
-        return np.concatenate(found) if found else np.array([], dtype=np.int64)
+            lo, hi = int(sl.starts[local[0]]), int(sl.starts[local[-1] + 1])
+            flats.append(sl.parents[lo:hi])
+            starts.append(base + sl.starts[local[0] + 1 : local[-1] + 2] - lo)
+            base += hi - lo
+        out = (
+            np.concatenate(starts),
+            np.concatenate(flats) if flats else np.array([], dtype=np.int64),
+        )
+        with self._lock:
+            self._whole[key] = out
+            self._whole_bytes += out[0].nbytes + out[1].nbytes
+            while self._whole_bytes > _CACHE_BYTES and len(self._whole) > 1:
+                _, old = self._whole.popitem(last=False)
+                self._whole_bytes -= old[0].nbytes + old[1].nbytes
+        return out
 
     def _group(self, run: str, ids: np.ndarray):
         """(record id of position 0, BatchLoc, positions) for the records that are stored."""
@@ -409,34 +444,32 @@ class LineageIndex:
         blocks = np.searchsorted(reader._block_ids, event_ids, side="right") - 1
         for bi in np.unique(blocks).tolist():
             in_block = event_ids[blocks == bi]
-            for _, sl in self._block_slices(reader, bi):
+            for sl in self._block_slices(reader, bi):
                 if sl.first_id + sl.count <= in_block[0] or sl.first_id > in_block[-1]:
                     continue
                 m = (in_block >= sl.first_id) & (in_block < sl.first_id + sl.count)
                 if m.any():
                     yield sl, in_block[m] - sl.first_id
 
-    def _block_slices(self, reader, bi: int):
-        key0 = (reader.first_id, bi)
+    def _block_slices(self, reader, bi: int) -> list[_Slice]:
+        """Decoded lineage slices of one block, through an LRU cache bounded in bytes."""
+        key = (reader.first_id, bi)
         with self._lock:
-            cached = [(k[2], v) for k, v in self._cache.items() if k[:2] == key0]
-        if cached:
-            return cached
+            cached = self._cache.get(key)
+            if cached is not None:
+                self._cache.move_to_end(key)
+                return cached
         try:
             entries = self._store.block(reader, bi)
         except FileNotFoundError:
             return []
-        out = []
+        out = [_Slice(e) for e in entries if isinstance(e, BatchSlice)]
         with self._lock:
-            for j, e in enumerate(entries):
-                if isinstance(e, BatchSlice):
-                    sl = _Slice(e)
-                    self._cache[(reader.first_id, bi, j)] = sl
-                    self._cache_bytes += sl.nbytes
-                    out.append((j, sl))
-            while self._cache_bytes > _CACHE_BYTES and self._cache:
+            self._cache[key] = out
+            self._cache_bytes += sum(sl.nbytes for sl in out)
+            while self._cache_bytes > _CACHE_BYTES and len(self._cache) > 1:
                 _, old = self._cache.popitem(last=False)
-                self._cache_bytes -= old.nbytes
+                self._cache_bytes -= sum(sl.nbytes for sl in old)
         return out
 
     # -- data --------------------------------------------------------------------------------

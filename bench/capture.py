@@ -1,0 +1,296 @@
+"""Capture overhead and trace latency against vanilla PySpark, measured in one run.
+
+    python bench/capture.py [--size-mb 200] [--runs 5] [--workloads wordcount,grep,join]
+
+For each workload, vanilla and captured runs alternate (vanilla, captured, vanilla, ...) on one
+local[2] SparkSession; each figure is the median of --runs. Captured runs each write into a
+fresh repository and wait for its rollover before the next run starts, so background merging
+never overlaps the next timed job. Then, on the last captured run of each workload:
+lineage bytes on disk as a share of the input, seconds from the action's end to a first
+successful trace, and p50/p99 of 20 random backward traces (an output to its input lines,
+with raw data) and 20 forward traces (an input line to the outputs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import operator
+import os
+import random
+import shutil
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(__file__))
+from _common import median, percentile, report
+
+from agent import LineageContext, LineageRDD
+from journals import unpack_record_ids
+from repository import ProvenanceRepository, RepositoryConfig
+
+GOALS = {"wordcount": 1.10, "grep": 1.05, "join": 1.25}
+KEYWORD = "qzx"  # planted in ~1 % of lines for grep
+
+
+# -- data ------------------------------------------------------------------------------------
+
+
+def zipf_text(path: str, size_mb: float, exponent: float = 1.1, vocab: int = 50_000) -> None:
+    """Lines of 5-15 Zipf-distributed words of realistic lengths; ~1 % hold KEYWORD."""
+    rng = np.random.default_rng(7)
+    ranks = np.arange(1, vocab + 1)
+    p = ranks**-exponent
+    p /= p.sum()
+    lens = np.clip((np.log2(ranks) * 0.6 + 2 + rng.integers(0, 3, vocab)).astype(int), 1, 14)
+    letters = np.frombuffer(b"abcdefghijklmnoprstuvwy", dtype=np.uint8)
+    words = np.array([bytes(letters[rng.integers(0, len(letters), n)]) for n in lens], dtype=object)
+    target = int(size_mb * 1e6)
+    written = 0
+    with open(path, "wb") as f:
+        while written < target:
+            n = rng.integers(5, 16, 20_000)
+            w = words[rng.choice(vocab, int(n.sum()), p=p)]
+            bounds = np.concatenate(([0], np.cumsum(n)))
+            lines = [b" ".join(w[bounds[i] : bounds[i + 1]]) for i in range(len(n))]
+            for i in np.flatnonzero(rng.random(len(lines)) < 0.01):
+                lines[i] += b" " + KEYWORD.encode()
+            chunk = b"\n".join(lines) + b"\n"
+            f.write(chunk)
+            written += len(chunk)
+
+
+def page_views(path: str, users_path: str, size_mb: float) -> None:
+    """PigMix-like page_views (user, action, timespent, query, ip, revenue) and a small
+    power_users table (a tenth of the users)."""
+    rng = random.Random(11)
+    n_users = 20_000
+    users = [f"user{u:06d}" for u in range(n_users)]
+    with open(users_path, "w") as f:
+        for u in users[::10]:
+            f.write(f"{u}\t{rng.choice(['gold', 'silver', 'bronze'])}\t{rng.randrange(18, 90)}\n")
+    target = int(size_mb * 1e6)
+    queries = [f"q{rng.randrange(10**6)}" for _ in range(5000)]
+    with open(path, "w") as f:
+        written = 0
+        block = []
+        while written < target:
+            u = users[min(int(rng.paretovariate(1.2)) * 7 % n_users, n_users - 1)]
+            line = (
+                f"{u}\t{rng.randrange(1, 5)}\t{rng.randrange(1, 3600)}\t{rng.choice(queries)}\t"
+                f"10.{rng.randrange(256)}.{rng.randrange(256)}.{rng.randrange(256)}\t"
+                f"{rng.randrange(0, 10000) / 100}\n"
+            )
+            block.append(line)
+            written += len(line)
+            if len(block) >= 50_000:
+                f.write("".join(block))
+                block = []
+        f.write("".join(block))
+
+
+# -- workloads (the same user code for vanilla and captured) ---------------------------------
+
+
+def wordcount(src):
+    return src(0).flatMap(lambda line: line.split()).map(lambda w: (w, 1)).reduceByKey(operator.add)
+
+
+def grep(src):
+    return src(0).filter(lambda line: KEYWORD in line)
+
+
+def join(src):
+    views = src(0).map(lambda line: line.split("\t")).map(lambda r: (r[0], int(r[2])))
+    users = src(1).map(lambda line: (line.split("\t", 1)[0], line))
+    return views.join(users).map(lambda kv: (kv[0], kv[1][0])).reduceByKey(operator.add)
+
+
+WORKLOADS = {"wordcount": wordcount, "grep": grep, "join": join}
+
+
+# -- measuring -------------------------------------------------------------------------------
+
+
+def dir_bytes(path: str, skip: str = "") -> int:
+    total = 0
+    for root, _, files in os.walk(path):
+        if skip and skip in root:
+            continue
+        total += sum(os.path.getsize(os.path.join(root, f)) for f in files)
+    return total
+
+
+def run_workload(spark, name: str, inputs: list[str], runs: int, tmp: str) -> dict:
+    sc = spark.sparkContext
+    build = WORKLOADS[name]
+    times: dict[str, list[float]] = {"vanilla": [], "captured": []}
+    last = None
+    for r in range(runs):
+        t = time.perf_counter()
+        vanilla_out = build(lambda i: sc.textFile(inputs[i])).collect()
+        times["vanilla"].append(time.perf_counter() - t)
+
+        repo_dir = os.path.join(tmp, f"repo-{name}-{r}")
+        shutil.rmtree(repo_dir, ignore_errors=True)
+        repo = ProvenanceRepository.open(repo_dir, RepositoryConfig(rollover_interval=3600))
+        lc = LineageContext(spark, repo)
+        out = build(lambda i, lc=lc: lc.textFile(inputs[i]))
+        t = time.perf_counter()
+        captured_out = out.collect()
+        t_end = time.perf_counter()
+        times["captured"].append(t_end - t)
+        if r == 0:
+            assert sorted(captured_out) == sorted(vanilla_out), f"{name}: results differ"
+        if last is not None:
+            last[1].close()
+            shutil.rmtree(last[2], ignore_errors=True)
+        # Time to a first successful trace: rollover of this action's journals included.
+        lin = out.lineage()
+        first = LineageRDD(repo, lc.run_id, lin.record_ids[:1]).go_back_all().collect()
+        t_trace = time.perf_counter() - t_end
+        assert first, f"{name}: the first trace found no input"
+        last = (lc, repo, repo_dir, out, t_trace)
+        print(
+            f"    run {r + 1}: vanilla {times['vanilla'][-1]:.2f}s, captured "
+            f"{times['captured'][-1]:.2f}s, first trace after {t_trace:.2f}s",
+            flush=True,
+        )
+    lc, repo, repo_dir, out, t_trace = last
+    result = {
+        "vanilla": median(times["vanilla"]),
+        "captured": median(times["captured"]),
+        "first_trace": t_trace,
+        "input_bytes": sum(os.path.getsize(p) for p in inputs),
+        "lineage_bytes": dir_bytes(repo_dir),
+        "log_bytes": repo.stats()["log_bytes"] + repo.stats()["toc_bytes"],
+    }
+    result.update(trace_latency(lc, repo, out))
+    repo.close()
+    shutil.rmtree(repo_dir, ignore_errors=True)
+    return result
+
+
+def trace_latency(lc, repo, out, picks: int = 20) -> dict:
+    rng = np.random.default_rng(3)
+    lin = out.lineage()
+    outputs = lin.record_ids
+    info = repo.lineage.run_info(lc.run_id)
+    sources = [c.number for c in info.capture_points.values() if c.dependency == "source"]
+    inputs = np.concatenate([repo.lineage.all_records(lc.run_id, cp) for cp in sources[:1]])
+    back, fwd = [], []
+    for rid in rng.choice(outputs, min(picks, len(outputs)), replace=False):
+        t = time.perf_counter()
+        lines = LineageRDD(repo, lc.run_id, np.array([rid])).go_back_all()
+        lines.take(10)  # with raw data, re-read by offset
+        back.append(time.perf_counter() - t)
+    for rid in rng.choice(inputs, picks, replace=False):
+        t = time.perf_counter()
+        reached = LineageRDD(repo, lc.run_id, np.array([rid])).go_next_all()
+        reached.collect()
+        fwd.append(time.perf_counter() - t)
+    cps = unpack_record_ids(inputs[:1])[0]
+    return {
+        "back_p50": percentile(back, 50),
+        "back_p99": percentile(back, 99),
+        "back_first": back[0],
+        "fwd_p50": percentile(fwd, 50),
+        "fwd_p99": percentile(fwd, 99),
+        "fwd_first": fwd[0],
+        "source_cp": int(cps[0]) if len(cps) else -1,
+    }
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--size-mb", type=float, default=200)
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--workloads", default="wordcount,grep,join")
+    ap.add_argument("--data-dir", default=None, help="reuse generated data here")
+    args = ap.parse_args()
+    names = [w for w in args.workloads.split(",") if w]
+    for w in names:
+        if w not in WORKLOADS:
+            ap.error(f"unknown workload {w!r} (have {', '.join(WORKLOADS)})")
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    from pyspark.sql import SparkSession
+
+    data = args.data_dir or tempfile.mkdtemp(prefix="provrepo-bench-data-")
+    os.makedirs(data, exist_ok=True)
+    text = os.path.join(data, f"zipf-{args.size_mb:g}mb.txt")
+    views = os.path.join(data, f"page_views-{args.size_mb:g}mb.tsv")
+    users = os.path.join(data, "power_users.tsv")
+    if not os.path.exists(text):
+        print(f"generating {args.size_mb:g} MB of Zipf text ...", flush=True)
+        zipf_text(text, args.size_mb)
+    if "join" in names and not os.path.exists(views):
+        print(f"generating {args.size_mb:g} MB of page views ...", flush=True)
+        page_views(views, users, args.size_mb)
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .appName("provrepo-bench-capture")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    tmp = tempfile.mkdtemp(prefix="provrepo-bench-")
+    inputs = {"wordcount": [text], "grep": [text], "join": [views, users]}
+    results = {}
+    try:
+        # Warm up the JVM and the Python workers once, untimed.
+        spark.sparkContext.parallelize(range(1000), 2).map(lambda x: x * 2).count()
+        for name in names:
+            print(f"\n{name}: {args.runs} interleaved runs of vanilla and captured", flush=True)
+            results[name] = run_workload(spark, name, inputs[name], args.runs, tmp)
+    finally:
+        spark.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+        if args.data_dir is None:
+            shutil.rmtree(data, ignore_errors=True)
+    print(f"\ncapture (median of {args.runs}, local[2], {args.size_mb:g} MB inputs)")
+    for name, r in results.items():
+        ratio = r["captured"] / r["vanilla"]
+        report(f"{name}: vanilla PySpark", r["vanilla"], "s")
+        report(
+            f"{name}: captured",
+            r["captured"],
+            "s",
+            goal=f"goal <= {GOALS[name]:.2f}x",
+            ratio=f"{ratio:.3f}x vanilla",
+        )
+        report(
+            f"{name}: lineage on disk (logs + tocs)",
+            r["log_bytes"] / 1e6,
+            "MB",
+            goal="goal <= 15 %",
+            ratio=f"{r['log_bytes'] / r['input_bytes']:.1%} of input",
+        )
+        report(
+            f"{name}: whole repository (+ search index)",
+            r["lineage_bytes"] / 1e6,
+            "MB",
+            ratio=f"{r['lineage_bytes'] / r['input_bytes']:.1%} of input",
+        )
+        report(f"{name}: action end -> first trace", r["first_trace"], "s", goal="goal <= 2 s")
+        report(
+            f"{name}: backward trace p50 (p99)",
+            r["back_p50"] * 1e3,
+            "ms",
+            goal="goal <= 50 ms",
+            ratio=f"p99 {r['back_p99'] * 1e3:.1f} ms, first {r['back_first'] * 1e3:.1f} ms",
+        )
+        report(
+            f"{name}: forward trace p50 (p99)",
+            r["fwd_p50"] * 1e3,
+            "ms",
+            goal="goal <= 50 ms",
+            ratio=f"p99 {r['fwd_p99'] * 1e3:.1f} ms, first {r['fwd_first'] * 1e3:.1f} ms",
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
