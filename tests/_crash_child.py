@@ -40,14 +40,17 @@ def run_writer(containers: list[str], writer: int, journals: int) -> None:
             w.append([make_event(i) for i in rich[20:]])
     w = JournalWriter.open(spec, tag=f"w{writer}-unsealed")
     base = writer * 1_000_000 + 900_000
-    k = 0
+    k, first = 0, True
     while True:  # until killed: frames reach the disk in buffer-sized (torn) pieces
         w.append([make_event(base + k + i) for i in range(100)])
         w.append(lineage_batch(range(base + k, base + k + 1000), partition=999))
-        if k == 0:
+        if first:
             w._file.flush()
             print("appending", flush=True)
-        k += 1000
+            first = False
+        # Ids stay in writer * 1M + [900k, 1M) however long the parent takes to kill us
+        # (the test tells unsealed records by that range).
+        k = (k + 1000) % 100_000
         time.sleep(0.002)  # a few MB/s: the parent has time to look before the disk fills
 
 
