@@ -22,6 +22,8 @@ Three codecs, all vectorized with numpy (no per-value Python work):
 
 from __future__ import annotations
 
+import sys
+
 import msgspec
 import numpy as np
 
@@ -50,9 +52,11 @@ def _shuffle(u: np.ndarray, w: int) -> bytes:
     return u.astype(_LE[w]).view(np.uint8).reshape(len(u), w).T.tobytes()
 
 
-def _unshuffle(data, offset: int, n: int, w: int) -> np.ndarray:
-    planes = np.frombuffer(data, dtype=np.uint8, count=n * w, offset=offset)
-    return planes.reshape(w, n).T.copy().view(_LE[w]).reshape(n).astype(np.uint64)
+def _unshuffle(data, offset: int, n: int, w: int, a: int = 0, b: int | None = None) -> np.ndarray:
+    """Values [a, b) of `n` byte-shuffled `w`-byte values starting at byte `offset`."""
+    b = n if b is None else b
+    planes = np.frombuffer(data, dtype=np.uint8, count=n * w, offset=offset).reshape(w, n)
+    return planes[:, a:b].T.copy().view(_LE[w]).reshape(b - a).astype(np.uint64)
 
 
 def _row_starts(counts: np.ndarray, n: int) -> np.ndarray:
@@ -88,12 +92,19 @@ class IntColumn(msgspec.Struct, array_like=True, gc=False, frozen=True):
         if n == 1:
             return cls(RANGE, 1, first, 1, b"")
         step = int(arr[1]) - first
-        if n == 2 or (arr[1:] - arr[:-1] == step).all():
+        # This runs on the capture path: reject a progression on a few values before paying
+        # for the full check, and subtract straight into the narrow output (one pass).
+        if n == 2 or (
+            int(arr[-1]) - first == step * (n - 1)
+            and (np.diff(arr[:64]) == step).all()
+            and (arr[1:] - arr[:-1] == step).all()
+        ):
             return cls(RANGE, n, first, step, b"")
         lo = int(arr.min())
         span = int(arr.max()) - lo
         w = _width_for(span)
-        packed = (arr - np.int64(lo)).astype(_LE[w])
+        packed = np.empty(n, dtype=_LE[w])
+        np.subtract(arr, np.int64(lo), out=packed, casting="unsafe")
         return cls(PLAIN, n, lo, w, packed.tobytes())
 
     def to_array(self, counts: np.ndarray | None = None) -> np.ndarray:
@@ -142,29 +153,92 @@ class IntColumn(msgspec.Struct, array_like=True, gc=False, frozen=True):
             return self
         return IntColumn(DELTA, self.n, int(arr[0]), w, _shuffle(z, w))
 
+    def take(self, start: int, stop: int) -> np.ndarray:
+        """Values [start, stop) as int64, decoding no more than the codec needs (a DELTA
+        column decodes its prefix; PLAIN, SHUFFLED and RANGE only the values asked for)."""
+        start, stop = max(0, start), min(self.n, stop)
+        if stop <= start:
+            return np.zeros(0, dtype=np.int64)
+        if self.codec == RANGE:
+            return self.base + self.width * np.arange(start, stop, dtype=np.int64)
+        w = self.width
+        if self.codec == PLAIN:
+            raw = np.frombuffer(self.data, dtype=_LE[w], count=stop - start, offset=start * w)
+            return raw.astype(np.int64) + np.int64(self.base)
+        if self.codec == SHUFFLED:
+            out = _unshuffle(self.data, 0, self.n, w, start, stop).astype(np.int64)
+            out += np.int64(self.base)
+            return out
+        if self.codec == DELTA:
+            out = np.cumsum(_unzigzag(_unshuffle(self.data, 0, self.n, w, 0, stop)))[start:]
+            out += np.int64(self.base)
+            return out
+        return self.to_array()[start:stop]  # SEGMENTED: raises, it needs its row lengths
+
+    def row(self, counts: np.ndarray, r: int) -> np.ndarray:
+        """The values of CSR row `r` (row lengths `counts`), decoding little beyond that row:
+        what a point lookup of one record's parents needs."""
+        counts = np.asarray(counts, dtype=np.int64)
+        a, c = int(counts[:r].sum()), int(counts[r])
+        if self.codec != SEGMENTED:
+            return self.take(a, a + c)
+        if c == 0:
+            return np.zeros(0, dtype=np.int64)
+        nonempty = counts > 0
+        ns, rank = int(np.count_nonzero(nonempty)), int(np.count_nonzero(nonempty[:r]))
+        ws, strict, wg, scale = _unpack_params(self.width)
+        first = np.cumsum(_unzigzag(_unshuffle(self.data, 0, ns, ws, 0, rank + 1)))[-1:]
+        first += np.int64(self.base)
+        g0, m = a - rank, c - 1  # gaps of earlier rows; gaps of this row
+        if m == 0:
+            return first
+        if scale:
+            lens = counts[nonempty]
+            kr = _rice_k(scale, lens)
+            row_bits = kr * (lens - 1)
+            k = np.full(m, kr[rank], dtype=np.int64)
+            g = _rice_decode(
+                memoryview(self.data)[ns * ws :],
+                k,
+                int(row_bits.sum()),
+                int(row_bits[:rank].sum()),
+                g0,
+            )
+        else:
+            g = _unshuffle(self.data, ns * ws, self.n - ns, wg, g0, g0 + m)
+        d = np.empty(c, dtype=np.int64)
+        d[0] = first[0]
+        d[1:] = g.astype(np.int64) + 1 if strict else _unzigzag(g)
+        return np.cumsum(d)
+
     def _segmented_array(self, counts: np.ndarray) -> np.ndarray:
         n = self.n
         starts = _row_starts(counts, n)
         ns, ng = len(starts), n - len(starts)
         ws, strict, wg, scale = _unpack_params(self.width)
-        first = np.cumsum(_unzigzag(_unshuffle(self.data, 0, ns, ws)))
-        first += np.int64(self.base)
         if ng == 0:
             g = np.zeros(0, np.uint64)
         elif scale:
             lens = counts[counts > 0]
             k = np.repeat(_rice_k(scale, lens), lens - 1)
-            g = _rice_decode(memoryview(self.data)[ns * ws :], k)
+            g = _rice_decode(memoryview(self.data)[ns * ws :], k, int(k.sum()))
         else:
             g = _unshuffle(self.data, ns * ws, ng, wg)
-        d = np.zeros(n, dtype=np.int64)
+        gd = g.astype(np.int64) + 1 if strict else _unzigzag(g)
+        # One running sum over steps: in-row gaps, and at each row start the step from the
+        # previous row's last value (first-value delta minus that row's gap total).
+        d = np.empty(n, dtype=np.int64)
         in_row = np.ones(n, dtype=bool)
         in_row[starts] = False
-        d[in_row] = g.astype(np.int64) + 1 if strict else _unzigzag(g)
-        # Running sums inside each row, shifted so that each row begins at its first value.
-        out = np.cumsum(d)
-        out += np.repeat(first - out[starts], np.diff(np.append(starts, n)))
-        return out
+        d[in_row] = gd
+        cg = np.zeros(ng + 1, dtype=np.int64)
+        np.cumsum(gd, out=cg[1:])
+        before = cg[starts - np.arange(ns)]  # gap total before each row
+        jumps = _unzigzag(_unshuffle(self.data, 0, ns, ws))
+        jumps[1:] -= before[1:] - before[:-1]
+        jumps[0] = self.base
+        d[starts] = jumps
+        return np.cumsum(d, out=d)
 
     def slice(self, start: int, stop: int) -> IntColumn:
         """Values [start, stop) as a column of their own."""
@@ -294,22 +368,31 @@ def _or_into(words: np.ndarray, idx: np.ndarray, vals: np.ndarray) -> None:
     words[idx[first]] |= np.bitwise_or.reduceat(vals, first)
 
 
-def _rice_decode(data: memoryview, k: np.ndarray) -> np.ndarray:
+def _rice_decode(
+    data: memoryview, k: np.ndarray, nbits: int, bit0: int = 0, gap0: int = 0
+) -> np.ndarray:
+    """Gaps gap0 .. gap0+len(k)-1 of a Rice stream whose low parts take `nbits` in all; `k`
+    are those gaps' parameters and `bit0` where their low parts start."""
     n = len(k)
-    off = np.cumsum(k) - k
-    nbits = int(off[-1] + k[-1])
     nlow = (nbits + 7) // 8
-    # 8-byte little-endian windows at every byte offset (a strided view, no copy).
-    buf = np.zeros(nlow + 8, dtype=np.uint8)
-    buf[:nlow] = np.frombuffer(data, dtype=np.uint8, count=nlow)
-    windows = np.ndarray((nlow + 1,), dtype="<u8", buffer=buf, strides=(1,))
+    off = np.cumsum(k) - k
+    off += bit0
+    # Low parts: each spans at most two aligned 64-bit words; (x << 63 - s) << 1 is x << 64 - s
+    # without the undefined shift by 64 when s == 0.
+    words = np.zeros(nlow // 8 + 2, dtype=np.uint64)
+    words.view(np.uint8)[:nlow] = np.frombuffer(data, dtype=np.uint8, count=nlow)
+    if sys.byteorder == "big":  # pragma: no cover - storage is little-endian
+        words.byteswap(inplace=True)
+    w = off >> 6
+    sh = (off & 63).astype(np.uint64)
     k64 = k.astype(np.uint64)
-    low = (windows[off >> 3] >> (off & 7).astype(np.uint64)) & (
-        (np.uint64(1) << k64) - np.uint64(1)
-    )
+    low = (words[w] >> sh) | ((words[w + 1] << (np.uint64(63) - sh)) << np.uint64(1))
+    low &= (np.uint64(1) << k64) - np.uint64(1)
+    # High parts in unary: the positions of the ones (a bool view: nonzero is fast on bools).
     bits = np.unpackbits(np.frombuffer(data, dtype=np.uint8, offset=nlow), bitorder="little")
-    ones = np.flatnonzero(bits)[:n]
-    if len(ones) < n:
+    ones = np.flatnonzero(bits.view(np.bool_))
+    if len(ones) < gap0 + n:
         raise ValueError("SEGMENTED column: Rice stream is truncated")
-    q = np.diff(ones, prepend=-1) - 1
+    prev = ones[gap0 - 1] if gap0 else -1
+    q = np.diff(ones[gap0 : gap0 + n], prepend=prev) - 1
     return (q.astype(np.uint64) << k64) | low

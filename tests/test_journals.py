@@ -63,6 +63,28 @@ def test_rice_coded_parent_rows_round_trip(rows, shift):
     assert packed.to_array(counts).tolist() == flat.tolist()
 
 
+@given(
+    st.lists(st.frozensets(st.integers(0, 3000), max_size=30), min_size=1, max_size=40),
+    st.booleans(),
+    st.data(),
+)
+def test_one_row_or_range_decodes_alone(rows, shuffle_rows, data):
+    """`row` and `take` (point lookups) agree with decoding the whole column, in every codec."""
+    lists = [sorted(r) for r in rows]
+    if shuffle_rows:
+        lists = [list(reversed(r)) for r in lists]
+    flat = np.array([v for r in lists for v in r], dtype=np.int64)
+    counts = np.array([len(r) for r in lists], dtype=np.int64)
+    plain = IntColumn.from_array(flat)
+    for col in (plain, plain.compacted(), plain.compacted(counts)):
+        r = data.draw(st.integers(0, len(lists) - 1))
+        assert col.row(counts, r).tolist() == lists[r]
+        if col.codec != SEGMENTED:
+            a = data.draw(st.integers(0, len(flat)))
+            b = data.draw(st.integers(a, len(flat)))
+            assert col.take(a, b).tolist() == flat[a:b].tolist()
+
+
 def test_word_count_parents_get_the_segmented_codec():
     """Combiner-like rows (ascending line ordinals, rows in first-appearance order) take the
     SEGMENTED codec and cost less than whole-column deltas."""
@@ -87,6 +109,8 @@ def test_word_count_parents_get_the_segmented_codec():
     assert _unpack_params(stored.parent_ids.width)[3] > 0  # gaps Rice-coded
     assert stored.parent_array().tolist() == parents.tolist()
     assert stored.events() == batch.events()
+    evs = batch.events(7)
+    assert [stored.event(i, 7 + i) for i in (0, 5, 999)] == [evs[0], evs[5], evs[999]]
     assert [len(p) for p in stored.split([0, 333, 1000])] == [333, 667]
     zstd = zstandard.ZstdCompressor(level=3).compress
     assert len(zstd(stored.parent_ids.data)) < len(zstd(batch.parent_ids.compacted().data))
