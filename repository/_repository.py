@@ -400,7 +400,7 @@ class ProvenanceRepository:
 
     def _collect(self, first_id: int, max_events: int, events: list, skipped: list) -> None:
         expect = first_id
-        for chunk in self._store.chunks_from(first_id):
+        for chunk in self._store.chunks_from(first_id, max_events - len(events)):
             if chunk[0].event_id > expect:
                 skipped.append((expect, chunk[0].event_id))
             room = max_events - len(events)

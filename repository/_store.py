@@ -141,10 +141,16 @@ class LogStore:
             self._vanished(reader)
             return None
 
-    def chunks_from(self, first_id: int) -> Iterator[list[ProvenanceEvent]]:
-        """Events with id >= first_id in id order, in lists; vanished logs are skipped."""
+    def chunks_from(
+        self, first_id: int, max_events: int | None = None
+    ) -> Iterator[list[ProvenanceEvent]]:
+        """Events with id >= first_id in id order, in lists; vanished logs are skipped.
+
+        With `max_events`, no more than that many are built: a page that ends inside a block
+        entry must not materialize the rest of the entry only to drop it."""
         pos = first_id
-        while True:
+        left = max_events
+        while left is None or left > 0:
             with self._lock:
                 i = bisect_right(self._firsts, pos) - 1
                 if i < 0 or pos >= self._logs[self._firsts[i]].next_id:
@@ -152,8 +158,13 @@ class LogStore:
                 if i >= len(self._firsts):
                     return
                 reader = self._logs[self._firsts[i]]
+            start = max(pos, reader.first_id)
+            stop = reader.next_id if left is None else min(reader.next_id, start + left)
             try:
-                yield from reader.chunks(pos, reader.next_id, self.block)
+                for chunk in reader.chunks(start, stop, self.block):
+                    if left is not None:
+                        left -= len(chunk)
+                    yield chunk
             except FileNotFoundError:
                 self._vanished(reader)
             pos = max(pos, reader.next_id)
