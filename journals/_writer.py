@@ -144,6 +144,16 @@ class JournalWriter:
         self.records += records
         self.bytes_written += 16 + len(payload)
 
+    def flush(self) -> None:
+        """Hand buffered frames to the OS (visible to readers of the open file, not durable:
+        durability is `seal`)."""
+        self._check_open()
+        try:
+            self._file.flush()
+        except OSError as e:
+            self._state = "broken"
+            raise JournalError(e.errno, f"cannot write journal {self.path}: {e.strerror}") from e
+
     def _check_open(self) -> None:
         if self._state != "open":
             raise JournalError(f"journal {self.path} is {self._state}; it takes no more appends")

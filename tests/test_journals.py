@@ -215,6 +215,14 @@ def test_writer_reader_round_trip(tmp_path):
     assert reader.problems == []
 
 
+def test_flush_makes_frames_readable_before_the_seal(tmp_path):
+    w = JournalWriter.open(WriterSpec([str(tmp_path)], sync="none"))
+    w.append([make_event(i) for i in range(3)])
+    w.flush()
+    assert [f.records for f in JournalReader(w.path).scan()] == [3]
+    w.abort()
+
+
 def test_writer_aborts_on_exception(tmp_path):
     spec = WriterSpec([str(tmp_path)], sync="none")
     with pytest.raises(RuntimeError), JournalWriter.open(spec) as w:
