@@ -14,7 +14,11 @@ ranges, attributes a shard did not index) becomes match-all.
 
 from __future__ import annotations
 
+import os
+import queue
+import threading
 from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import Future
 from operator import attrgetter
 from typing import Any
 
@@ -58,6 +62,76 @@ class QueryError(ValueError):
     """A malformed query, or one that names a field or attribute that is not indexed."""
 
 
+class _Parser:
+    """Tantivy's query parser on a thread of its own with a large stack.
+
+    The parser recurses once per nesting level in native code: 9,000 open parentheses
+    overflow an 8 MB stack (a segfault, not an exception), and threads may have far smaller
+    stacks. A 64 MB stack is ample for any query under `_MAX_QUERY` characters; the parsed
+    tree is then refused if deeper than `MAX_DEPTH`, so searching (in the caller's thread)
+    and compiling never recurse deeply.
+    """
+
+    STACK = 64 * 1024 * 1024
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        os.register_at_fork(after_in_child=self._forget)
+
+    def _forget(self) -> None:  # a forked child has no parser thread
+        self._lock = threading.Lock()
+        self._jobs = queue.SimpleQueue()
+        self._thread = None
+
+    def parse(self, text: str) -> dict:
+        """Validate `text` against the per-event schema and return its syntax tree."""
+        with self._lock:
+            if self._thread is None:
+                old = threading.stack_size(self.STACK)
+                try:
+                    self._thread = threading.Thread(
+                        target=self._run, name="provrepo-query-parser", daemon=True
+                    )
+                    self._thread.start()
+                finally:
+                    threading.stack_size(old)
+        done: Future = Future()
+        self._jobs.put((text, done))
+        return done.result()
+
+    def _run(self) -> None:
+        while True:
+            text, done = self._jobs.get()
+            try:
+                _VALIDATOR.parse_query(text, DEFAULT_FIELDS)
+                done.set_result(tantivy.parse_query(text))
+            except BaseException as e:  # handed to the caller, panics included
+                done.set_exception(e)
+
+
+_PARSER = _Parser()
+# Searching recurses in native code too, on the caller's stack: ~5 KB a level. 16 levels run
+# in a 128 KB thread stack (musl's default) with room to spare.
+MAX_DEPTH = 16
+
+
+def _depth(ast: Mapping[str, Any]) -> int:
+    """Nesting depth of a syntax tree (iteratively: the tree may be very deep)."""
+    deepest, todo = 0, [(ast, 1)]
+    while todo:
+        node, d = todo.pop()
+        deepest = max(deepest, d)
+        if not isinstance(node, Mapping):
+            continue
+        if node.get("type") == "boost":
+            todo.append((node.get("underlying"), d + 1))
+        for _occur, sub in node.get("clauses") or ():
+            todo.append((sub, d + 1))
+    return deepest
+
+
 def _true(_e: ProvenanceEvent) -> bool:
     return True
 
@@ -84,14 +158,15 @@ class UserQuery:
         self.text = text
         self.indexed_attributes = frozenset(indexed_attributes)
         try:
-            _VALIDATOR.parse_query(text, DEFAULT_FIELDS)
-            ast = tantivy.parse_query(text)
+            ast = _PARSER.parse(text)
         except ValueError as e:
             raise QueryError(f"malformed query {text!r}: {_one_line(e)}") from None
         except BaseException as e:  # a panic inside tantivy is not an Exception subclass
             if isinstance(e, (KeyboardInterrupt, SystemExit)):
                 raise
             raise QueryError(f"malformed query {text!r}: {_one_line(e)}") from None
+        if _depth(ast) > MAX_DEPTH:
+            raise QueryError(f"query is nested more than {MAX_DEPTH} levels deep")
         self.ast = ast
         self.uses_ids = False
         self._test = self._compile(ast)

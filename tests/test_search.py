@@ -285,3 +285,32 @@ def test_cli_search(searched, capsys):
         err = capsys.readouterr().err
         assert err.startswith("provrepo: error:") and err.count("\n") == 1, err
     assert main(["search", path + "-missing"]) == 2
+
+
+def test_deep_queries_in_a_small_thread(searched):
+    """Parsing happens on a large stack; what is accepted is shallow enough for any thread."""
+    import threading
+
+    repo, events = searched
+    text = "(type:FAIL OR " * 14 + "run:run-a" + ")" * 14
+    out: list = []
+
+    def run() -> None:
+        try:
+            out.append(repo.search(query=text, limit=10_000))
+            repo.search(query="(" * 9_000)
+        except BadInput as e:
+            out.append(e)
+
+    old = threading.stack_size(128 * 1024)  # musl's default thread stack
+    try:
+        t = threading.Thread(target=run)
+        t.start()
+    finally:
+        threading.stack_size(old)
+    t.join()
+    want = brute(
+        events, test=lambda e: e.event_type.value == "FAIL" or e.run_id == "run-a", limit=10_000
+    )
+    assert [e.event_id for e in out[0]] == want
+    assert isinstance(out[1], BadInput)

@@ -218,6 +218,9 @@ def test_span_query_finds_every_span_with_a_match(q, cuts, shard_attrs, start):
         "   ",
         "AND",
         "x" * 20_000,
+        "(" * 9_990,  # overflowed the parser's native stack: a segfault, once
+        "NOT " * 2_400 + "a",
+        "(a AND " * 20 + "a" + ")" * 20,  # deeper than MAX_DEPTH
     ],
 )
 def test_malformed_queries_raise_query_error(text):
