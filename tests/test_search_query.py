@@ -233,3 +233,20 @@ def test_only_negative_with_a_positive_part():
     assert [e for e in EVENTS if uq.matches(e)] == [
         e for e in EVENTS if e.event_type.value != "FAIL"
     ]
+
+
+TOKENS = [*'()[]{}":*^~+-!\\/ ', "AND ", "OR ", "NOT ", "TO ", "IN ", "type:", "time:"]
+TOKENS += ["attrs.host:", "attrs.x:", "partition:", "a", "1", "-1", "\u00e9", "\x00"]
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.sampled_from(TOKENS), max_size=40).map("".join))
+def test_any_text_is_a_query_or_a_query_error(text):
+    """Garbage never escapes as anything but QueryError (no panic, no crash)."""
+    try:
+        uq = UserQuery(text, ["host"])
+    except QueryError:
+        return
+    Predicates(query=uq).span_query(["host"])
+    for e in EVENTS[:20]:
+        uq.matches(e)
