@@ -15,7 +15,7 @@ from itertools import repeat
 import msgspec
 import numpy as np
 
-from ._columns import PLAIN, SEGMENTED, IntColumn
+from ._columns import PLAIN, RANGE, SEGMENTED, IntColumn
 
 
 class EventType(str, enum.Enum):
@@ -225,11 +225,14 @@ class LineageBatch(msgspec.Struct, array_like=True, gc=False, kw_only=True):
         n = len(self)
         return self.split([max(0, min(start, n)), max(0, min(stop, n))])[0]
 
-    def split(self, bounds: list[int]) -> list[LineageBatch]:
+    def split(self, bounds: list[int], stored: bool = False) -> list[LineageBatch]:
         """Consecutive slices [bounds[0], bounds[1]), [bounds[1], bounds[2]), ...
 
         Columns are decoded once for all slices, so cutting a large batch into blocks is linear.
+        With `stored`, each slice's columns are in their storage form (as `compacted()`).
         """
+        pack = IntColumn.stored if stored else IntColumn.from_array
+        ids = None if self.record_ids.codec == RANGE else self.record_ids.to_array()
         counts = parents = starts = offs = vo = None
         if self.parent_counts is not None and self.parent_ids is not None:
             counts = self.parent_counts.to_array()
@@ -243,17 +246,18 @@ class LineageBatch(msgspec.Struct, array_like=True, gc=False, kw_only=True):
         for a, b in itertools.pairwise(bounds):
             pc = pi = off = vals = voff = None
             if counts is not None:
-                pc = IntColumn.from_array(counts[a:b])
-                pi = IntColumn.from_array(parents[starts[a] : starts[b]])
+                pc = pack(counts[a:b])
+                p = parents[starts[a] : starts[b]]
+                pi = IntColumn.stored(p, counts[a:b]) if stored else IntColumn.from_array(p)
             if offs is not None:
-                off = IntColumn.from_array(offs[a : b + 1])
+                off = pack(offs[a : b + 1])
             if vo is not None:
                 vals = self.values[int(vo[a]) : int(vo[b])]
-                voff = IntColumn.from_array(vo[a : b + 1] - vo[a])
+                voff = pack(vo[a : b + 1] - vo[a])
             out.append(
                 msgspec.structs.replace(
                     self,
-                    record_ids=self.record_ids.slice(a, b),
+                    record_ids=self.record_ids.slice(a, b) if ids is None else pack(ids[a:b]),
                     parent_counts=pc,
                     parent_ids=pi,
                     offsets=off,

@@ -187,13 +187,14 @@ class LogWriter:
                 plan.append(None)
                 size = 0
             i = j
-        slices = iter(batch.split([0] + [step[1] for step in plan if step is not None]))
+        cuts = [0] + [step[1] for step in plan if step is not None]
+        slices = iter(batch.split(cuts, stored=True))  # straight to the storage form
         for step in plan:
             if step is None:
                 self._flush_block()
                 continue
             sl = next(slices)
-            self._entries.append(BatchSlice(self.next_id, sl.compacted()))
+            self._entries.append(BatchSlice(self.next_id, sl))
             self._time(batch.event_time_ns, batch.event_time_ns)
             self.next_id += len(sl)
         self._size = size

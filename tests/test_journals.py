@@ -180,6 +180,8 @@ def test_batch_split_equals_whole():
     assert [len(p) for p in parts] == [7, 0, 24, 19]
     merged = [e for p in parts for e in p.compacted().events()]
     assert merged == b.events()
+    # Rollover cuts straight to the storage form: the same columns as compacting each slice.
+    assert b.split([0, 7, 7, 31, 50], stored=True) == [p.compacted() for p in parts]
 
 
 def test_batch_shape_errors_are_clear():
