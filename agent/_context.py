@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from journals import EventType, LineageBatch, pack_record_id
-from repository import RUN_COMPONENT_TYPE, BadInput, ProvenanceRepository
+from repository import RUN_COMPONENT_TYPE, BadInput, Culprit, ProvenanceRepository
 
 from ._rdd import CapturedRDD, KeySampler
 from ._spec import CapturePoint, OutputSink
@@ -60,6 +60,7 @@ class LineageContext:
         self._nodes = 0
         self._next_cp = 1  # capture point 0 names the run descriptor
         self._cps: dict[int, dict] = {}
+        self._outputs: dict[int, CapturedRDD] = {}  # output capture point -> its RDD
         self._actions = 0
 
     # -- naming ------------------------------------------------------------------------------
@@ -145,6 +146,7 @@ class LineageContext:
         try:
             yield
             node.last_output = cp
+            self._outputs[cp.number] = node
         finally:
             self._describe_run()
             self.repo.request_rollover()
@@ -178,18 +180,61 @@ class LineageContext:
         """Every record an action emitted at `cp`, traceable (merges pending journals first)."""
         self.repo.rollover()
         ids = self.repo.lineage.all_records(self.run_id, cp.number)
-        return LineageRDD(self.repo, self.run_id, ids, sc=self.sc)
+        return LineageRDD(self.repo, self.run_id, ids, sc=self.sc, origin=(cp, ids))
 
-    def range_bounds(self, parent: CapturedRDD, n: int, keyfunc) -> list:
+    def output_node(self, cp: CapturePoint) -> CapturedRDD:
+        node = self._outputs.get(cp.number)
+        if node is None:
+            raise BadInput(f"capture point {cp.component_id} is not an action of this context")
+        return node
+
+    # -- debugging ---------------------------------------------------------------------------
+
+    def culprits(self, run: str | None = None, with_data: bool = True) -> list[Culprit]:
+        """Input records whose processing raised in this run (or `run`), with their raw data.
+
+        With `on_error="skip"` the job went on without them; with "fail" the job failed (or a
+        retry succeeded). Pending journals are merged first."""
+        self.repo.rollover()
+        return self.repo.culprits(run or self.run_id, with_data)
+
+    def replay(self, what: LineageRDD | CapturedRDD, exclude: LineageRDD | None = None) -> list:
+        """Replay, capture off, and return what the action returns (a list of records).
+
+        - `lc.replay(traced)`: selective replay. `traced` is a LineageRDD traced back from an
+          action's output (e.g. `out.lineage().filter(f).go_back_all()`); the pipeline is
+          re-run on exactly those records, each capture point keeping only records on the
+          traced paths, so the traced outputs are reproduced exactly.
+        - `lc.replay(rdd, exclude=traced)`: exclusive replay (Newt's ex-replay). `rdd`'s
+          pipeline is re-run on all its input minus `traced`'s records, removed at their
+          capture point (a source or any intermediate point).
+        """
+        from . import _replay
+
+        if exclude is not None:
+            if not isinstance(what, CapturedRDD):
+                raise BadInput("replay(rdd, exclude=...): rdd must be a captured RDD")
+            if not isinstance(exclude, LineageRDD):
+                raise BadInput("replay(..., exclude=...) takes a LineageRDD")
+            return _replay.exclusive(self, what, exclude)
+        if not isinstance(what, LineageRDD):
+            raise BadInput("replay(traced): traced must be a LineageRDD (see rdd.lineage())")
+        return _replay.selective(self, what)
+
+    def range_bounds(self, parent: CapturedRDD, n: int, keyfunc, replay=None) -> list:
         """sortByKey's range boundaries from a sample of keys (jobs that capture nothing)."""
         if n <= 1:
             return []
-        counter = parent._build(OutputSink(None, "count", capture_values=False), capture=False)
+        counter = parent._build(
+            OutputSink(None, "count", capture_values=False), capture=False, replay=replay
+        )
         size = int(sum(counter.collect()))
         if size == 0:
             return []
         fraction = min(n * 20.0 / size, 1.0)
-        records = parent._build(OutputSink(None, "collect", capture_values=False), capture=False)
+        records = parent._build(
+            OutputSink(None, "collect", capture_values=False), capture=False, replay=replay
+        )
         samples = sorted(
             records.mapPartitionsWithIndex(KeySampler(fraction)).collect(), key=keyfunc
         )

@@ -109,16 +109,46 @@ def text_input(
     state.exhausted = True
 
 
+def text_input_without(
+    state: InputState, split: tuple[str, int, int], count: Callable[[], int], drop: frozenset
+) -> Iterator[str]:
+    """An exclusive replay's text split: the original lines minus the `drop`ped record ids
+    (positions stay the original ones; the survivors carry their original ids)."""
+    path, start, length = split
+    bounds_append, ids_append = state.bounds.append, state.ids.append
+    rid = state.base
+    for _, lines, has_cr in text_lines(path, start, length):
+        for raw in lines:
+            rid += 1
+            if rid - 1 in drop:
+                continue
+            ids_append(rid - 1)
+            bounds_append(count())
+            yield (raw[:-1] if has_cr and raw[-1:] == b"\r" else raw).decode("utf-8", "replace")
+    state.exhausted = True
+
+
 # -- parallelize and unions ------------------------------------------------------------------
 
 
 def parallel_input(
-    state: InputState, iterator, count: Callable[[], int], capture_values: bool
+    state: InputState,
+    iterator,
+    count: Callable[[], int],
+    capture_values: bool,
+    drop: frozenset | None = None,
 ) -> Iterator:
     """Elements of a parallelized collection; named (partition, index), their values kept
     (the collection lives only in the driver's memory, so it is captured as data)."""
     bounds_append = state.bounds.append
-    if capture_values:
+    if drop:  # exclusive replay: survivors carry their original ids
+        ids_append = state.ids.append
+        for rid, x in enumerate(iterator, state.base):
+            if rid not in drop:
+                ids_append(rid)
+                bounds_append(count())
+                yield x
+    elif capture_values:
         state.values = values = []
         add, dumps = values.append, pickle.dumps
         for x in iterator:
@@ -148,18 +178,9 @@ def union_input(state: InputState, iterator, count: Callable[[], int]) -> Iterat
 # -- shuffle reads ---------------------------------------------------------------------------
 
 
-def aggregate_input(
-    state: InputState,
-    iterator,
-    count: Callable[[], int],
-    merge_combiners: Callable,
-    capture_values: bool = False,
-) -> Iterator:
-    """Reduce side of an aggregation: merge (k, (combined, combiner id)) per key.
-
-    The merged records are this capture point's records (position = order of first arrival);
-    each one's parents are the combiner records merged into it.
-    """
+def _merge_aggregate(iterator, merge_combiners: Callable):
+    """Merge (k, (combined, combiner id)) per key: keys and values in order of first arrival,
+    and for each arrival its record's slot and the combiner record's id."""
     index: dict = {}
     keys: list = []
     vals: list = []
@@ -177,13 +198,28 @@ def aggregate_input(
             vals[s] = merge_combiners(vals[s], v)
         slots_append(s)
         parents_append(rid)
+    return keys, vals, slots, parents
+
+
+def aggregate_input(
+    state: InputState,
+    iterator,
+    count: Callable[[], int],
+    merge_combiners: Callable,
+    capture: str | None = None,
+) -> Iterator:
+    """Reduce side of an aggregation. The merged records are this capture point's records
+    (position = order of first arrival); each one's parents are the combiner records merged
+    into it. `capture`: keep each record's "value" (key, value) or just its "key"."""
+    keys, vals, slots, parents = _merge_aggregate(iterator, merge_combiners)
     state.merge = (len(keys), "coo", slots, parents)
     bounds_append = state.bounds.append
-    if capture_values:
+    if capture:
         state.values = values = []
         add, dumps = values.append, pickle.dumps
         for kv in zip(keys, vals):
-            add(dumps(kv, pickle.HIGHEST_PROTOCOL))  # before anything downstream can mutate it
+            # Pickled before anything downstream can mutate it.
+            add(dumps(kv if capture == "value" else kv[0], pickle.HIGHEST_PROTOCOL))
             bounds_append(count())
             yield kv
     else:
@@ -207,15 +243,10 @@ def _group_sides(iterator) -> dict:
     return groups
 
 
-def join_input(state: InputState, iterator, count: Callable[[], int], how: str) -> Iterator:
-    """Reduce side of (outer) joins: pair the two sides per key, as PySpark's python_join."""
-    groups = _group_sides(iterator)
-    pcounts = array("i")
-    parents = array("q")
-    pc_append, p_append = pcounts.append, parents.append
-    bounds_append = state.bounds.append
+def _join_pairs(groups: dict, how: str) -> Iterator[tuple]:
+    """(key, left value, right value, parent ids) per join output, as PySpark's python_join
+    orders them; an outer side without a match contributes None and no parent."""
     left_outer, right_outer = how in ("left", "full"), how in ("right", "full")
-    produced = 0
     for k, (vs, vids, ws, wids) in groups.items():
         if not ws and left_outer:
             ws, wids = [None], [-1]
@@ -224,35 +255,52 @@ def join_input(state: InputState, iterator, count: Callable[[], int], how: str) 
         for v, rv in zip(vs, vids):
             for w, rw in zip(ws, wids):
                 if rv >= 0 and rw >= 0:
-                    pc_append(2)
-                    p_append(rv)
-                    p_append(rw)
+                    yield k, v, w, (rv, rw)
                 else:
-                    pc_append(1)
-                    p_append(rv if rv >= 0 else rw)
-                produced += 1
-                bounds_append(count())
-                yield (k, (v, w))
-    state.merge = (produced, "csr", pcounts, parents)
+                    yield k, v, w, (rv if rv >= 0 else rw,)
+
+
+def join_input(state: InputState, iterator, count: Callable[[], int], how: str) -> Iterator:
+    """Reduce side of (outer) joins: pair the two sides per key."""
+    pcounts = array("i")
+    parents = array("q")
+    pc_append, p_extend = pcounts.append, parents.extend
+    bounds_append = state.bounds.append
+    for k, v, w, pids in _join_pairs(_group_sides(iterator), how):
+        pc_append(len(pids))
+        p_extend(pids)
+        bounds_append(count())
+        yield (k, (v, w))
+    state.merge = (len(pcounts), "csr", pcounts, parents)
     state.exhausted = True
+
+
+def _cogroups(iterator) -> Iterator[tuple]:
+    from pyspark.resultiterable import ResultIterable
+
+    for k, (vs, vids, ws, wids) in _group_sides(iterator).items():
+        yield (k, (ResultIterable(vs), ResultIterable(ws))), sorted(set(vids) | set(wids))
 
 
 def cogroup_input(state: InputState, iterator, count: Callable[[], int]) -> Iterator:
     """Reduce side of cogroup: one record per key with both sides' values; parents: all."""
-    from pyspark.resultiterable import ResultIterable
-
-    groups = _group_sides(iterator)
     pcounts = array("i")
     parents = array("q")
     bounds_append = state.bounds.append
-    for k, (vs, vids, ws, wids) in groups.items():
-        rids = sorted(set(vids) | set(wids))
+    for record, rids in _cogroups(iterator):
         pcounts.append(len(rids))
         parents.extend(rids)
         bounds_append(count())
-        yield (k, (ResultIterable(vs), ResultIterable(ws)))
-    state.merge = (len(groups), "csr", pcounts, parents)
+        yield record
+    state.merge = (len(pcounts), "csr", pcounts, parents)
     state.exhausted = True
+
+
+def _sorted_items(iterator, ascending: bool, keyfunc: Callable | None) -> list:
+    items = list(iterator)
+    kf = keyfunc or (lambda x: x)
+    items.sort(key=lambda kv: kf(kv[0]), reverse=not ascending)
+    return items
 
 
 def sort_input(
@@ -264,13 +312,55 @@ def sort_input(
 ) -> Iterator:
     """Reduce side of sortByKey: sort the range partition; each record's parent is the one
     shipped to it."""
-    items = list(iterator)
-    kf = keyfunc or (lambda x: x)
-    items.sort(key=lambda kv: kf(kv[0]), reverse=not ascending)
+    items = _sorted_items(iterator, ascending, keyfunc)
     parents = array("q", [rid for _, (_, rid) in items])
     state.merge = (len(items), "csr", array("i", [1]) * len(items), parents)
     bounds_append = state.bounds.append
     for k, (v, _) in items:
         bounds_append(count())
         yield (k, v)
+    state.exhausted = True
+
+
+def replay_shuffle_input(
+    state: InputState,
+    iterator,
+    count: Callable[[], int],
+    spec,
+    keep: dict | None,
+    drop: frozenset | None,
+) -> Iterator:
+    """A shuffle read during a replay (capture off). Each merged record is recognized by what
+    survives subsetting the input -- its key, or its parents' original ids -- and carries its
+    original id on (selective replay: records not in `keep` are dropped), or it is dropped by
+    position (exclusive replay: `drop`)."""
+    kind = spec.kind
+    if kind == "aggregate":
+        keys, vals, _, _ = _merge_aggregate(iterator, spec.merge_combiners)
+        pairs = zip(zip(keys, vals), keys)
+    elif kind == "join":
+        pairs = (
+            ((k, (v, w)), pids)
+            for k, v, w, pids in _join_pairs(_group_sides(iterator), spec.join_how)
+        )
+    elif kind == "cogroup":
+        pairs = ((record, rids[0]) for record, rids in _cogroups(iterator))
+    else:
+        items = _sorted_items(iterator, spec.sort_ascending, spec.sort_keyfunc)
+        pairs = (((k, v), rid) for k, (v, rid) in items)
+    bounds_append = state.bounds.append
+    ids_append = state.ids.append
+    base = state.base
+    for pos, (record, ident) in enumerate(pairs):
+        if keep is not None:
+            oid = keep.get(ident)
+            if oid is None:
+                continue
+        else:
+            oid = base + pos
+            if drop and oid in drop:
+                continue
+        ids_append(oid)
+        bounds_append(count())
+        yield record
     state.exhausted = True

@@ -25,6 +25,7 @@ from ._spec import (
     NarrowOp,
     OutputSink,
     ParallelInput,
+    ReplayInput,
     SegmentSpec,
     ShuffleInput,
     ShuffleSink,
@@ -35,6 +36,7 @@ from ._worker import Segment
 
 if TYPE_CHECKING:
     from ._context import LineageContext
+    from ._replay import ReplayPlan
     from ._trace import LineageRDD
 
 SUPPORTED = (
@@ -136,63 +138,72 @@ class CapturedRDD:
         start, _ = self._chain()
         return "union" if start.kind == "union" else "narrow"
 
-    def _input(self) -> tuple[Any, RDD]:
-        """(input spec, PySpark RDD) that this segment-starting node reads; built once."""
-        if self._input_cache is not None:
+    def _input(self, replay: ReplayPlan | None = None) -> tuple[Any, RDD]:
+        """(input spec, PySpark RDD) that this segment-starting node reads; built once (a
+        replay builds its own: its sources and filters differ)."""
+        if replay is None and self._input_cache is not None:
             return self._input_cache
         lc, s = self.lc, self.start
+        if self.kind == "source" and replay is not None and s["cp"].number in replay.sources:
+            parts = replay.sources[s["cp"].number]
+            return ReplayInput(s["cp"]), lc.sc.parallelize(parts, len(parts))
         if self.kind == "source" and s["type"] == "text":
             rdd = lc.sc.parallelize(range(len(s["splits"])), len(s["splits"]))
             result = (TextInput(s["cp"], s["splits"]), rdd)
         elif self.kind == "source":
             result = (ParallelInput(s["cp"]), s["rdd"])
         elif self.kind == "union":
-            parts = [p._build(ForwardSink()) for p in self.parents]
+            parts = [p._build(ForwardSink(), replay=replay) for p in self.parents]
             result = (UnionInput(), lc.sc.union(parts))
         else:
-            result = self._shuffle_input()
-        self._input_cache = result
+            result = self._shuffle_input(replay)
+        if replay is None:
+            self._input_cache = result
         return result
 
-    def _shuffle_input(self) -> tuple[ShuffleInput, RDD]:
+    def _shuffle_input(self, replay: ReplayPlan | None) -> tuple[ShuffleInput, RDD]:
         s = self.start
         n = self._num_partitions
         red = s["red_cp"]
         if s["type"] == "aggregate":
             parent = self.parents[0]
-            mapped = parent._build(CombineSink(s["map_cp"], s["create"], s["merge_value"]))
+            sink = CombineSink(s["map_cp"], s["create"], s["merge_value"])
+            mapped = parent._build(sink, replay=replay)
             shuffled = mapped.partitionBy(n, s["partition_func"])
-            spec = ShuffleInput(red, "aggregate", s["merge_combiners"], capture_values=True)
+            spec = ShuffleInput(red, "aggregate", s["merge_combiners"], capture=s["capture"])
         elif s["type"] in ("join", "cogroup"):
             left, right = self.parents
-            tagged = left._build(ShuffleSink(tag=1)).union(right._build(ShuffleSink(tag=2)))
+            tagged = left._build(ShuffleSink(tag=1), replay=replay).union(
+                right._build(ShuffleSink(tag=2), replay=replay)
+            )
             shuffled = tagged.partitionBy(n, s["partition_func"])
             spec = ShuffleInput(red, s["type"], join_how=s.get("how", "inner"))
         else:  # sort
             parent = self.parents[0]
-            bounds = self.lc.range_bounds(parent, n, s["keyfunc"])
+            bounds = self.lc.range_bounds(parent, n, s["keyfunc"], replay)
             ascending, keyfunc = s["ascending"], s["keyfunc"]
 
             def range_partition(k, bounds=bounds, n=n, ascending=ascending, keyfunc=keyfunc):
                 p = bisect.bisect_left(bounds, keyfunc(k))
                 return p if ascending else n - 1 - p
 
-            shuffled = parent._build(ShuffleSink()).partitionBy(n, range_partition)
+            shuffled = parent._build(ShuffleSink(), replay=replay).partitionBy(n, range_partition)
             spec = ShuffleInput(red, "sort", sort_ascending=ascending, sort_keyfunc=keyfunc)
         return spec, shuffled
 
-    def _build(self, sink: Any, capture: bool = True) -> RDD:
-        """The PySpark RDD running this node's segment into `sink`."""
+    def _build(self, sink: Any, capture: bool = True, replay: ReplayPlan | None = None) -> RDD:
+        """The PySpark RDD running this node's segment into `sink` (a replay: capture off)."""
         start, ops = self._chain()
-        in_spec, rdd_in = start._input()
+        in_spec, rdd_in = start._input(replay)
         lc = self.lc
         spec = SegmentSpec(
             run_id=lc.run_id,
-            journal=lc.writer_spec if capture else None,
+            journal=lc.writer_spec if capture and replay is None else None,
             input=in_spec,
             ops=tuple(ops),
             sink=sink,
             on_error=lc.on_error,
+            replay=replay.spec if replay is not None else None,
         )
         return rdd_in.mapPartitionsWithIndex(Segment(spec))
 
@@ -271,6 +282,7 @@ class CapturedRDD:
         numPartitions: int | None = None,
         partitionFunc: Callable = portable_hash,
         _name: str = "combineByKey",
+        _capture: str = "value",
     ) -> CapturedRDD:
         lc = self.lc
         n = self._default_partitions(numPartitions)
@@ -283,7 +295,9 @@ class CapturedRDD:
             self._segment_dependency(),
             self._num_partitions,
         )
-        red_cp = lc.new_cp(name, "reducer", "JOIN", [map_cp.number], "shuffle", n)
+        red_cp = lc.new_cp(
+            name, "reducer", "JOIN", [map_cp.number], "shuffle", n, captures=_capture
+        )
         start = {
             "type": "aggregate",
             "map_cp": map_cp,
@@ -292,6 +306,7 @@ class CapturedRDD:
             "merge_value": mergeValue,
             "merge_combiners": mergeCombiners,
             "partition_func": partitionFunc,
+            "capture": _capture,
         }
         return CapturedRDD(lc, "shuffle", [self], name, n, start=start)
 
@@ -341,8 +356,15 @@ class CapturedRDD:
     def groupByKey(
         self, numPartitions: int | None = None, partitionFunc: Callable = portable_hash
     ) -> CapturedRDD:
+        # Grouped values can be large: keep only each group's key (enough to replay it).
         grouped = self.combineByKey(
-            _as_list, _append, _extend, numPartitions, partitionFunc, _name="groupByKey"
+            _as_list,
+            _append,
+            _extend,
+            numPartitions,
+            partitionFunc,
+            _name="groupByKey",
+            _capture="key",
         )
         return grouped.mapValues(ResultIterable)
 

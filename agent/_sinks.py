@@ -19,10 +19,21 @@ _PICKLE = pickle.HIGHEST_PROTOCOL
 class CombineSink:
     """Map-side combiner: one combiner record per key; parents: the inputs of its values."""
 
-    def __init__(self, create_combiner: Callable, merge_value: Callable, base: int) -> None:
+    def __init__(
+        self,
+        create_combiner: Callable,
+        merge_value: Callable,
+        base: int,
+        split: int = 0,
+        keep: dict | None = None,
+        drop: frozenset | None = None,
+    ) -> None:
         self.create = create_combiner
         self.merge = merge_value
         self.base = base
+        self.split = split
+        self.keep = keep  # selective replay: (partition, key) -> original id
+        self.drop = drop  # exclusive replay: original ids removed here
         self.slots = array("i")
         self.n_records = 0
         self.count = self.slots.__len__
@@ -45,15 +56,38 @@ class CombineSink:
             slots_append(s)
         self.n_records = len(keys)
         base = self.base
+        if self.keep is not None:
+            keep, split = self.keep, self.split
+            return [(k, (v, keep[(split, k)])) for k, v in zip(keys, vals) if (split, k) in keep]
+        if self.drop:
+            drop = self.drop
+            return [
+                (k, (v, base + s))
+                for s, (k, v) in enumerate(zip(keys, vals))
+                if base + s not in drop
+            ]
         return zip(keys, zip(vals, range(base, base + len(keys))))
 
 
 class OutputSink:
     """An action's output records; values pickled for collect/take, lengths for save."""
 
-    def __init__(self, action: str, limit: int | None, capture_values: bool) -> None:
+    def __init__(
+        self,
+        action: str,
+        limit: int | None,
+        capture_values: bool,
+        source: IdSource | None = None,
+        keep: tuple[dict, frozenset] | None = None,
+        drop: frozenset | None = None,
+        base: int = 0,
+    ) -> None:
         self.action = action
         self.limit = limit
+        self.source = source
+        self.keep = keep  # selective replay: ({parent id: first child id}, kept child ids)
+        self.drop = drop  # exclusive replay: original output ids removed
+        self.base = base
         self.values: list[bytes] | None = [] if capture_values else None
         self.marks = array("b")  # one entry per output record: its count is count()
         self.lengths: array | None = None
@@ -64,6 +98,8 @@ class OutputSink:
         return len(self.marks)
 
     def run(self, records: Iterator) -> Iterator:
+        if self.keep is not None or self.drop:
+            records = self._replay_filter(records)
         if self.action == "count":
             return self._count(records)
         if self.action == "save":
@@ -94,6 +130,29 @@ class OutputSink:
             for x in records:
                 mark(0)
                 add(dumps(x, _PICKLE))
+                yield x
+
+    def _replay_filter(self, records: Iterator) -> Iterator:
+        """In a replay, keep exactly the outputs the replay is for. The k-th output made from
+        one input is the original's k-th child of it (narrow operations are deterministic)."""
+        if self.drop:
+            drop, base = self.drop, self.base
+            return (x for pos, x in enumerate(records) if base + pos not in drop)
+        first, kept = self.keep
+        src = self.source
+        return self._by_parent(records, first, kept, src)
+
+    @staticmethod
+    def _by_parent(records: Iterator, first: dict, kept: frozenset, src: IdSource) -> Iterator:
+        pulled = src.bounds.__len__
+        last, k = None, 0
+        for x in records:
+            pid = src.const if src.const is not None else src.ids[pulled() - 1]
+            if pid != last:
+                last, k = pid, 0
+            oid = first.get(pid, -1) + k
+            k += 1
+            if oid in kept:
                 yield x
 
     def _count(self, records: Iterator) -> Iterator:

@@ -64,7 +64,7 @@ class ShuffleInput:
     join_how: str = "inner"  # inner | left | right | full
     sort_ascending: bool = True
     sort_keyfunc: Callable | None = None
-    capture_values: bool = False
+    capture: str | None = None  # aggregate: keep each record's "value" (k, v) or its "key"
 
 
 @dataclass(frozen=True)
@@ -102,6 +102,30 @@ class ForwardSink:
 
 
 @dataclass(frozen=True)
+class ReplayInput:
+    """A selective replay's source: exactly the traced records, each with its original id,
+    in their original partitions (one list per partition in the input RDD)."""
+
+    cp: CapturePoint
+
+
+@dataclass(frozen=True)
+class ReplaySpec:
+    """How a replay (capture off) filters records at each capture point.
+
+    - `drop` (exclusive replay): original record ids removed at their capture point; the rest
+      of the input is the original's, so positional ids there are the original ones.
+    - `keep` (selective replay): per capture point, a table from how a record is recognized
+      in the replay (its key, or its parents' original ids) to its original id; records not
+      in the table are dropped (Newt's per-actor input filtering, which keeps non-monotonic
+      operations exact). Output capture points map (parent id) -> (first child id, kept ids).
+    """
+
+    drop: dict[int, frozenset] = field(default_factory=dict)
+    keep: dict[int, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class SegmentSpec:
     run_id: str
     journal: WriterSpec | None  # None: capture off (replay, sampling jobs)
@@ -109,4 +133,4 @@ class SegmentSpec:
     ops: tuple[NarrowOp, ...]
     sink: Any
     on_error: str = "fail"  # "fail" | "skip"
-    excluded: dict[int, Any] = field(default_factory=dict)  # cp -> sorted ids (ex-replay)
+    replay: ReplaySpec | None = None

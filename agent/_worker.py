@@ -37,6 +37,7 @@ from ._spec import (
     NarrowOp,
     OutputSink,
     ParallelInput,
+    ReplayInput,
     SegmentSpec,
     ShuffleInput,
     ShuffleSink,
@@ -141,12 +142,15 @@ def run_segment(spec: SegmentSpec, split: int, iterator: Iterator) -> Iterator:
     inp = spec.input
     in_cp = getattr(inp, "cp", None)
     state = inputs.InputState(record_id_base(in_cp.number, split) if in_cp else 0)
-    if isinstance(inp, UnionInput):
-        state.ids = array("q")
+    rp = spec.replay
+    if isinstance(inp, UnionInput | ReplayInput) or (
+        rp is not None and (isinstance(inp, ShuffleInput) or in_cp.number in rp.drop)
+    ):
+        state.ids = array("q")  # records carry explicit (original) ids
     groups: list[tuple[CapturePoint, array | None]] = []
     ids = sinks.IdSource(state)
     sink = _make_sink(spec, split, ids)
-    records = _make_input(inp, state, split, iterator, sink.count, journal is not None)
+    records = _make_input(inp, state, split, iterator, sink.count, journal is not None, rp)
     records = _apply_ops(records, spec.ops, split, state, groups)
     if groups:  # after a partition-lineage mapPartitions every record derives from its group
         ids.const = record_id_base(groups[-1][0].number, split)
@@ -191,18 +195,26 @@ def _skipping(records: Iterator, journal: TaskJournal | None, cp, state) -> Iter
 
 
 def _make_input(
-    inp, state, split: int, iterator, count: Callable[[], int], capture: bool
+    inp, state, split: int, iterator, count: Callable[[], int], capture: bool, rp
 ) -> Iterator:
+    drop = rp.drop.get(inp.cp.number) if rp is not None and hasattr(inp, "cp") else None
     if isinstance(inp, TextInput):
+        if drop:
+            return inputs.text_input_without(state, inp.splits[split], count, drop)
         return inputs.text_input(state, inp.splits[split], count)
     if isinstance(inp, ParallelInput):
-        return inputs.parallel_input(state, iterator, count, capture)
+        return inputs.parallel_input(state, iterator, count, capture, drop)
     if isinstance(inp, UnionInput):
         return inputs.union_input(state, iterator, count)
+    if isinstance(inp, ReplayInput):  # each partition: one list of (value, original id)
+        return inputs.union_input(state, chain.from_iterable(iterator), count)
+    if isinstance(inp, ShuffleInput) and rp is not None:
+        keep = rp.keep.get(inp.cp.number)
+        return inputs.replay_shuffle_input(state, iterator, count, inp, keep, drop)
     if isinstance(inp, ShuffleInput):
         if inp.kind == "aggregate":
             return inputs.aggregate_input(
-                state, iterator, count, inp.merge_combiners, inp.capture_values and capture
+                state, iterator, count, inp.merge_combiners, inp.capture if capture else None
             )
         if inp.kind == "join":
             return inputs.join_input(state, iterator, count, inp.join_how)
@@ -215,12 +227,23 @@ def _make_input(
 
 def _make_sink(spec: SegmentSpec, split: int, ids: sinks.IdSource):
     s = spec.sink
+    rp = spec.replay
+    cp = getattr(s, "cp", None)
+    keep = rp.keep.get(cp.number) if rp is not None and cp is not None else None
+    drop = rp.drop.get(cp.number) if rp is not None and cp is not None else None
     if isinstance(s, CombineSink):
-        return sinks.CombineSink(
-            s.create_combiner, s.merge_value, record_id_base(s.cp.number, split)
-        )
+        base = record_id_base(s.cp.number, split)
+        return sinks.CombineSink(s.create_combiner, s.merge_value, base, split, keep, drop)
     if isinstance(s, OutputSink):
-        return sinks.OutputSink(s.action, s.limit, s.capture_values and spec.journal is not None)
+        return sinks.OutputSink(
+            s.action,
+            s.limit,
+            s.capture_values and spec.journal is not None,
+            ids,
+            keep,
+            drop,
+            record_id_base(cp.number, split) if cp is not None else 0,
+        )
     if isinstance(s, ShuffleSink):
         return sinks.ShuffleSink(ids, s.tag)
     if isinstance(s, ForwardSink):

@@ -3,6 +3,7 @@ export, recovery and the CLI."""
 
 from ._ageoff import AgeOffReport
 from ._config import RepositoryConfig, parse_duration, parse_size
+from ._culprits import Culprit
 from ._errors import BadInput, ConfigError, NotFound, RepositoryError, RepositoryLocked
 from ._export import ExportBatch, ExportCursor
 from ._lineage import RUN_COMPONENT_TYPE, CapturePointInfo, LineageIndex, RunInfo
@@ -16,6 +17,7 @@ __all__ = [
     "BadInput",
     "CapturePointInfo",
     "ConfigError",
+    "Culprit",
     "ExportBatch",
     "ExportCursor",
     "LineageIndex",

@@ -138,6 +138,23 @@ def cmd_runs(args) -> int:
     return 0
 
 
+def cmd_culprits(args) -> int:
+    with open_read_only(args.repo) as repo:
+        if args.run is not None:
+            repo.lineage.run_info(args.run)  # NotFound names the runs there are
+        culprits = repo.culprits(args.run, with_data=args.data)
+        rows = []
+        for c in culprits:
+            row = c.to_dict()
+            if not args.data:
+                row.pop("data")
+            else:
+                row["data"] = _jsonable(row["data"])
+            rows.append(row)
+        print_json_lines(rows)
+    return 0
+
+
 def register(sub) -> None:
     p = sub.add_parser("trace", help="trace a record back to its inputs (or forward), JSON lines")
     p.add_argument("repo")
@@ -148,6 +165,12 @@ def register(sub) -> None:
     p.add_argument("--run", default=None, help="run id (default: the newest run with the record)")
     p.add_argument("--limit", type=non_negative_int, default=None, help="at most this many")
     p.set_defaults(func=cmd_trace)
+
+    p = sub.add_parser("culprits", help="input records whose processing raised (FAIL events)")
+    p.add_argument("repo")
+    p.add_argument("--run", default=None, help="one run (default: every run)")
+    p.add_argument("--data", action="store_true", help="include each record's raw data")
+    p.set_defaults(func=cmd_culprits)
 
     p = sub.add_parser("runs", help="lineage runs, their capture points and record counts")
     p.add_argument("repo")

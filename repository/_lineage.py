@@ -66,6 +66,7 @@ class CapturePointInfo:
     partitions: int = 0
     records: int = 0
     associations: int = 0
+    captures: str | None = None  # what a reducer keeps of each record: "value" or "key"
 
 
 @dataclass
@@ -223,6 +224,7 @@ class LineageIndex:
                         list(c.get("parents", [])),
                         c.get("dependency", "unknown"),
                         c.get("partitions", 0),
+                        captures=c.get("captures"),
                     )
             for (cp, _part), locs in d.items():
                 if locs[0].component_type == RUN_COMPONENT_TYPE:
@@ -366,6 +368,55 @@ class LineageIndex:
         ends.append(frontier)
         out = np.unique(np.concatenate(ends)) if ends else frontier
         return out, hops
+
+    def reachable(self, run: str, record_ids: np.ndarray, forward: bool = False) -> np.ndarray:
+        """Every record one or more hops back (forward) from these, at every level."""
+        hop = self.children if forward else self.parents
+        frontier = np.unique(np.asarray(record_ids, dtype=np.int64))
+        found: list[np.ndarray] = []
+        seen = frontier
+        while len(frontier):
+            nxt = np.setdiff1d(hop(run, frontier), seen, assume_unique=False)
+            if not len(nxt):
+                break
+            found.append(nxt)
+            seen = np.union1d(seen, nxt)
+            frontier = nxt
+        return np.unique(np.concatenate(found)) if found else np.array([], dtype=np.int64)
+
+    def parent_lists(self, run: str, record_ids: np.ndarray) -> dict[int, np.ndarray]:
+        """Each stored record's parents, in stored order (e.g. a join's left, then right)."""
+        self.refresh()
+        out: dict[int, np.ndarray] = {}
+        for base, loc, positions in self._group(run, np.unique(np.asarray(record_ids))):
+            evs = loc.first_event_id + positions - loc.pos_start
+            for sl, local in self._slices_for(loc, evs):
+                first = base + loc.pos_start + (sl.first_id - loc.first_event_id)
+                for li in local.tolist():
+                    lo, hi = sl.starts[li], sl.starts[li + 1]
+                    out[first + li] = (
+                        sl.parents[lo:hi] if sl.parents is not None else np.array([], np.int64)
+                    )
+        return out
+
+    def first_children(self, run: str, parents: np.ndarray, cp: int) -> dict[int, int]:
+        """For each parent, the first (lowest) record at `cp` made from it."""
+        self.refresh()
+        parents = np.unique(np.asarray(parents, dtype=np.int64))
+        out: dict[int, int] = {}
+        for part in self.partitions(run, cp):
+            base = record_id_base(cp, part)
+            for loc in self.locs(run, cp, part):
+                starts, flat = self._batch_parents(loc)
+                hit = np.flatnonzero(np.isin(flat, parents))
+                if not len(hit):
+                    continue
+                rec = np.searchsorted(starts, hit, side="right") - 1
+                ids = base + loc.pos_start + rec
+                for p, rid in zip(flat[hit].tolist(), ids.tolist()):
+                    if p not in out or rid < out[p]:
+                        out[p] = rid
+        return out
 
     def _child_cps(self, info: RunInfo, cp: int) -> list[int]:
         known = [c.number for c in info.capture_points.values() if cp in c.parents]

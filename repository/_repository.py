@@ -27,6 +27,7 @@ from journals import (
 from . import _search
 from ._ageoff import AgeOff, AgeOffReport
 from ._config import RepositoryConfig, parse_duration, parse_size
+from ._culprits import Culprit, find_culprits
 from ._errors import BadInput, NotFound, RepositoryError
 from ._eventlog import LogReader
 from ._export import ExportBatch, ExportCursor
@@ -35,6 +36,7 @@ from ._indexing import RepositoryIndex
 from ._layout import Layout, write_atomic
 from ._lineage import LineageIndex
 from ._lock import OwnerLock
+from ._mine import MineReport, mine
 from ._recovery import RecoveryReport, recover, remove_abandoned
 from ._rollover import (
     AttemptRegistry,
@@ -426,10 +428,22 @@ class ProvenanceRepository:
             self._lineage = LineageIndex(self._store)
         return self._lineage
 
+    def culprits(self, run: str | None = None, with_data: bool = False) -> list[Culprit]:
+        """Input records whose processing raised (FAIL events), once per record and error."""
+        return find_culprits(self, run, with_data)
+
     def request_rollover(self) -> None:
         """Ask the rollover thread to merge soon, without waiting (e.g. when a Spark action
         ends). A repository opened without threads merges at the next `rollover()`."""
         self._wake.set()
+
+    def mine(
+        self, run: str, bad_outputs=None, good_outputs=None, *, threshold: float = 3.5
+    ) -> MineReport:
+        """Newt's `mine`: actor instances of `run` ranked by anomalous output multiplicity and
+        selectivity; winnowed to the backward trace of `bad_outputs` (record ids), and ranked
+        against `good_outputs`' lineage when given (see `repository._mine`)."""
+        return mine(self.lineage, run, bad_outputs, good_outputs, threshold=threshold)
 
     # -- search and age-off (see _search.py, _indexing.py, _ageoff.py) ------------------------
 

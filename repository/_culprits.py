@@ -1,0 +1,95 @@
+"""Crash culprits: the input records whose processing raised, from FAIL events.
+
+The capture agent records a FAIL event when a user function raises inside a captured segment
+(BigDebug's crash culprit): the record id of the segment input that was being processed, the
+capture point it sits at, and the exception. A task retried by Spark records its failure once
+per attempt; culprits are reported once per (record, exception).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from journals import EventType, unpack_record_ids
+
+if TYPE_CHECKING:
+    from ._repository import ProvenanceRepository
+
+
+@dataclass
+class Culprit:
+    """One input record that made a user function raise."""
+
+    run_id: str
+    record_id: int
+    capture_point: int
+    component_id: str  # the capture point of the record (its source or shuffle)
+    partition: int
+    exception: str
+    message: str
+    event_ids: list[int] = field(default_factory=list)  # one FAIL event per attempt
+    attempts: list[int] = field(default_factory=list)
+    first_seen_ns: int = 0
+    data: Any = None  # the record's raw data, when asked for
+
+    def to_dict(self) -> dict:
+        return {
+            "run_id": self.run_id,
+            "record_id": self.record_id,
+            "capture_point": self.capture_point,
+            "component_id": self.component_id,
+            "partition": self.partition,
+            "exception": self.exception,
+            "message": self.message,
+            "event_ids": self.event_ids,
+            "attempts": self.attempts,
+            "first_seen_ns": self.first_seen_ns,
+            "data": self.data,
+        }
+
+
+def find_culprits(
+    repo: ProvenanceRepository, run: str | None = None, with_data: bool = False
+) -> list[Culprit]:
+    """Culprits of one run (default: every run), oldest first."""
+    repo.wait_for_index(timeout=30)
+    events = repo.search(
+        event_types=[EventType.FAIL.value],
+        runs=[run] if run is not None else None,
+        limit=1_000_000,
+        newest_first=False,
+    )
+    found: dict[tuple, Culprit] = {}
+    for ev in events:
+        exc = ev.attributes.get("exception", "")
+        msg = ev.attributes.get("message", "")
+        key = (ev.run_id, ev.record_id, exc, msg)
+        c = found.get(key)
+        if c is None:
+            cp = int(unpack_record_ids(np.array([max(ev.record_id, 0)]))[0][0])
+            c = found[key] = Culprit(
+                ev.run_id,
+                ev.record_id,
+                cp,
+                ev.component_id,
+                ev.partition,
+                exc,
+                msg,
+                first_seen_ns=ev.event_time_ns,
+            )
+        c.event_ids.append(ev.event_id)
+        c.attempts.append(ev.attempt)
+    culprits = list(found.values())
+    if with_data:
+        by_run: dict[str, list[Culprit]] = {}
+        for c in culprits:
+            if c.record_id >= 0:
+                by_run.setdefault(c.run_id, []).append(c)
+        for run_id, cs in by_run.items():
+            data = repo.lineage.record_data(run_id, np.array([c.record_id for c in cs]))
+            for c, d in zip(cs, data):
+                c.data = d
+    return culprits
