@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import zstandard
 from conftest import make_event
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from journals import (
@@ -23,6 +23,7 @@ from journals import (
 from journals._columns import DELTA, SEGMENTED, SHUFFLED, _unpack_params
 
 
+@settings(deadline=None)  # numpy codecs: slow first calls on a loaded machine
 @given(st.lists(st.integers(min_value=-(2**62), max_value=2**62), max_size=200))
 def test_int_column_round_trips_in_every_codec(values):
     col = IntColumn.from_array(np.array(values, dtype=np.int64))
@@ -32,6 +33,7 @@ def test_int_column_round_trips_in_every_codec(values):
         assert col.slice(1, 3).to_array().tolist() == values[1:3]
 
 
+@settings(deadline=None)  # numpy codecs: slow first calls on a loaded machine
 @given(
     st.lists(st.lists(st.integers(min_value=-(2**62), max_value=2**62), max_size=12), max_size=40),
     st.booleans(),
@@ -50,6 +52,7 @@ def test_segmented_parent_column_round_trips(rows, ascending):
             packed.to_array()
 
 
+@settings(deadline=None)  # numpy codecs: slow first calls on a loaded machine
 @given(
     st.lists(st.frozensets(st.integers(0, 3000), max_size=60), min_size=1, max_size=60),
     st.integers(-(2**40), 2**40),
@@ -63,6 +66,7 @@ def test_rice_coded_parent_rows_round_trip(rows, shift):
     assert packed.to_array(counts).tolist() == flat.tolist()
 
 
+@settings(deadline=None)  # numpy codecs: slow first calls on a loaded machine
 @given(
     st.lists(st.frozensets(st.integers(0, 3000), max_size=30), min_size=1, max_size=40),
     st.booleans(),
