@@ -9,6 +9,8 @@ import tantivy
 
 from ._schema import ATTRS_FIELD
 
+INDEX_VERSION = 2  # of the span schema and manifest; another version is rebuilt
+
 
 class Span(msgspec.Struct, frozen=True, gc=False):
     """Consecutive event ids [first_id, first_id + count) of one log, summarized.
@@ -16,7 +18,8 @@ class Span(msgspec.Struct, frozen=True, gc=False):
     Every value any event of the span has is listed, so a span document matches a query
     whenever one of its events might. `uniform` says every event has the same value of every
     indexed field (a lineage batch: one time, type, run, component, partition, attributes),
-    so checking one event decides for all of them.
+    so checking one event decides for all of them. `opaque` says the field values were not
+    read (only the time bounds are known): it matches any field predicate.
     """
 
     log_id: int
@@ -32,6 +35,7 @@ class Span(msgspec.Struct, frozen=True, gc=False):
     attempts: tuple[int, ...]
     attributes: dict[str, tuple[str, ...]] = {}
     uniform: bool = False
+    opaque: bool = False
 
     @property
     def stop_id(self) -> int:
@@ -46,6 +50,7 @@ class Span(msgspec.Struct, frozen=True, gc=False):
         add_int("min_time", self.min_time_ns)
         add_int("max_time", self.max_time_ns)
         add_int("uniform", int(self.uniform))
+        add_int("opaque", int(self.opaque))
         for field, values in (
             ("type", self.types),
             ("run", self.runs),
@@ -104,7 +109,7 @@ class Manifest(msgspec.Struct, gc=False):
     leaves documents past the checkpoint, which the next open deletes and adds again.
     """
 
-    version: int = 1
+    version: int = INDEX_VERSION
     indexed_next_id: int = 1
     shards: list[ShardInfo] = []
 

@@ -482,8 +482,6 @@ class Predicates:
             return Query.empty_query()
         attrs = frozenset(shard_attributes)
         parts = []
-        if self.start_ns is not None or self.end_ns is not None:
-            parts.append(overlap("time", self.start_ns, self.end_ns, True, False))
         for field, values in (
             ("type", self.event_types),
             ("run", self.runs),
@@ -496,4 +494,8 @@ class Predicates:
                 parts.append(_term(f"{ATTRS_FIELD}.{k}", v))
         if self.query is not None:
             parts.append(self.query.span_query(attrs))
+        if parts:  # spans whose values were not read may hold anything
+            parts = [_any([_all(parts), _term("opaque", 1)])]
+        if self.start_ns is not None or self.end_ns is not None:
+            parts.append(overlap("time", self.start_ns, self.end_ns, True, False))
         return _all(parts)

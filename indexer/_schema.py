@@ -31,6 +31,7 @@ SPAN_INT_FIELDS: tuple[str, ...] = (
     "min_time",
     "max_time",
     "uniform",
+    "opaque",  # 1: the span's field values were not read (only its time bounds are known)
 )
 
 

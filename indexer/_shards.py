@@ -29,7 +29,7 @@ from collections.abc import Callable, Sequence
 import msgspec
 import tantivy
 
-from ._model import LogSpans, Manifest, ShardInfo
+from ._model import INDEX_VERSION, LogSpans, Manifest, ShardInfo
 from ._schema import SPAN_SCHEMA
 
 log = logging.getLogger("provrepo.indexer")
@@ -167,11 +167,14 @@ class ShardSet:
     def _read_manifest(self) -> Manifest:
         try:
             with open(self.manifest_path, "rb") as f:
-                return _MANIFEST_DEC.decode(f.read())
+                m = _MANIFEST_DEC.decode(f.read())
         except FileNotFoundError:
             return Manifest()
         except (OSError, msgspec.DecodeError, msgspec.ValidationError) as e:
             raise IndexDamaged(f"{self.manifest_path}: {e}") from e
+        if m.version != INDEX_VERSION:
+            raise IndexDamaged(f"index version {m.version}, this provrepo writes {INDEX_VERSION}")
+        return m
 
     def _save_manifest(self, m: Manifest) -> None:
         tmp = self.manifest_path + ".tmp"

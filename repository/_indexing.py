@@ -8,6 +8,12 @@ Granularity (what one index document covers):
 A 1 M-record rollover is then a few hundred documents (index lag well under a second). If one
 log would give more than `MAX_SPANS_PER_LOG` documents (millions of tiny batches), neighbouring
 small spans are merged into non-uniform ones so the lag stays bounded.
+
+Rich events must be decoded to learn their values (~1.5 us each here), so a log decodes at most
+`RICH_EVENTS_READ_PER_LOG` of them; runs past that budget get *opaque* documents: the block's
+time bounds from the toc, no values, matching any field predicate (searches filter their events
+exactly). A rollover of 1 M rich events then indexes in well under the 2 s goal, at the price of
+reading more events for selective searches over such logs.
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ from ._toc import Toc
 log = logging.getLogger("provrepo.repository")
 
 MAX_SPANS_PER_LOG = 16_384
+RICH_EVENTS_READ_PER_LOG = 250_000
 
 
 def summarize_log(path: str, toc: Toc, attributes: frozenset[str]) -> LogSpans:
@@ -49,6 +56,7 @@ def summarize_log(path: str, toc: Toc, attributes: frozenset[str]) -> LogSpans:
         starts = {b.first_event_id for b in toc.batches}
         batches: dict[int, LineageBatch] = {}
         spans: list[Span] = []
+        budget = RICH_EVENTS_READ_PER_LOG
         for i in _blocks_to_read(toc):
             try:
                 entries = reader.read_block(i)
@@ -56,8 +64,11 @@ def summarize_log(path: str, toc: Toc, attributes: frozenset[str]) -> LogSpans:
                 log.warning("not indexing block %d of %s: %s", i, path, e)
                 continue
             for e in entries:
-                if isinstance(e, EventRun):
+                if isinstance(e, EventRun) and e.count <= budget:
                     spans.append(_rich_span(toc.first_id, e, attributes))
+                    budget -= e.count
+                elif isinstance(e, EventRun):
+                    spans.append(_opaque_span(toc, i, e))
                 elif isinstance(e, BatchSlice) and e.first_id in starts:
                     batches[e.first_id] = e.batch
         for b in toc.batches:
@@ -188,6 +199,23 @@ def _rich_span(log_id: int, run: EventRun, attributes: frozenset[str]) -> Span:
     )
 
 
+def _opaque_span(toc: Toc, block: int, run: EventRun) -> Span:
+    return Span(
+        log_id=toc.first_id,
+        first_id=run.first_id,
+        count=run.count,
+        min_time_ns=toc.block_min_time_ns[block],
+        max_time_ns=toc.block_max_time_ns[block],
+        types=(),
+        runs=(),
+        components=(),
+        component_types=(),
+        partitions=(),
+        attempts=(),
+        opaque=True,
+    )
+
+
 def coarsen(spans: list[Span], max_spans: int) -> list[Span]:
     """At most ~max_spans spans: neighbours smaller than total/max_spans events are merged."""
     if len(spans) <= max_spans:
@@ -240,6 +268,7 @@ def _merge(group: list[Span]) -> Span:
         attempts=union("attempts"),
         attributes={k: tuple(sorted(v)) for k, v in attrs.items()},
         uniform=False,
+        opaque=any(s.opaque for s in group),
     )
 
 

@@ -314,3 +314,36 @@ def test_deep_queries_in_a_small_thread(searched):
     )
     assert [e.event_id for e in out[0]] == want
     assert isinstance(out[1], BadInput)
+
+
+def test_opaque_rich_spans_stay_exact(tmp_path, monkeypatch):
+    """Past the per-log budget of decoded rich events, runs are indexed by time only; searches
+    over them are still exact."""
+    import repository._indexing as indexing
+
+    monkeypatch.setattr(indexing, "RICH_EVENTS_READ_PER_LOG", 50)
+    with ProvenanceRepository.open(tmp_path / "r", CONFIG, start_threads=False) as repo:
+        fill(repo, seed=9, rollovers=2)
+        events = repo.get_events(1, 10**6)
+        assert any(s.opaque for t in repo._store.tocs() for s in repo._index._summarize(t).spans)
+        for text, test in QUERIES:
+            for kwargs in ({}, {"event_types": ["FAIL", "SEND"], "start": BASE + HOUR // 3}):
+                got = repo.search(query=text, limit=10_000, **kwargs)
+                want = brute(events, test=test, limit=10_000, **kwargs)
+                assert [e.event_id for e in got] == want, (text, kwargs)
+
+
+def test_an_index_of_another_version_is_rebuilt(tmp_path):
+    import json
+
+    path = tmp_path / "r"
+    with ProvenanceRepository.open(path, CONFIG, start_threads=False) as repo:
+        fill(repo, seed=4, rollovers=2, late=False)
+        before = _all_results(repo)
+    manifest = path / "index" / "manifest.json"
+    m = json.loads(manifest.read_text())
+    manifest.write_text(json.dumps({**m, "version": 1}))
+    with ProvenanceRepository.open(path, read_only=True) as ro:
+        assert ro.search() == [] and ro.stats()["events_not_indexed"] > 0
+    with ProvenanceRepository.open(path, start_threads=False) as repo:
+        assert _all_results(repo) == before

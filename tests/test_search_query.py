@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import random
 
+import msgspec
 import pytest
 import tantivy
 from _search_data import BASE, HOUR, rich_events
@@ -169,15 +170,28 @@ def _span(events, log_id=1) -> Span:
     )
 
 
-def _span_index(cuts: list[int]):
+def _span_index(cuts: list[int], opaque: frozenset[int] = frozenset()):
     index = tantivy.Index(SPAN_SCHEMA)
     w = index.writer(15_000_000, 1)
     groups = []
     bounds = [0, *sorted(set(cuts)), len(EVENTS)]
     for a, b in itertools.pairwise(bounds):
         if a < b:
+            span = _span(EVENTS[a:b])
+            if len(groups) in opaque:  # values not read: only time bounds
+                span = msgspec.structs.replace(
+                    span,
+                    types=(),
+                    runs=(),
+                    components=(),
+                    component_types=(),
+                    partitions=(),
+                    attempts=(),
+                    attributes={},
+                    opaque=True,
+                )
             groups.append(EVENTS[a:b])
-            w.add_document(_span(EVENTS[a:b]).document())
+            w.add_document(span.document())
     w.commit()
     index.reload()
     return index, groups
@@ -189,11 +203,13 @@ def _span_index(cuts: list[int]):
     st.lists(st.integers(1, len(EVENTS) - 1), max_size=60),
     st.sampled_from([["host"], []]),
     st.one_of(st.none(), st.integers(BASE, BASE + 4 * HOUR)),
+    st.frozensets(st.integers(0, 60), max_size=10),
 )
-def test_span_query_finds_every_span_with_a_match(q, cuts, shard_attrs, start):
-    """Spans hold many events with many values: the span query must not lose any of them."""
+def test_span_query_finds_every_span_with_a_match(q, cuts, shard_attrs, start, opaque):
+    """Spans hold many events with many values (or, opaque, none known): the span query must
+    not lose any of them."""
     text, _, _ = q
-    index, groups = _span_index(cuts)
+    index, groups = _span_index(cuts, opaque)
     preds = Predicates(start_ns=start, query=UserQuery(text, ["host"]))
     searcher = index.searcher()
     hits = searcher.search(preds.span_query(shard_attrs), len(groups) + 1).hits
