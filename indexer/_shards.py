@@ -124,7 +124,6 @@ class ShardSet:
         self._windex: tantivy.Index | None = None
         self._wshard: ShardInfo | None = None
         self._pending: list[LogSpans] = []
-        self._pending_next = 0
         self._delete_from: int | None = None
 
     # -- the manifest ------------------------------------------------------------------------
