@@ -7,12 +7,14 @@ from ._culprits import Culprit
 from ._errors import BadInput, ConfigError, NotFound, RepositoryError, RepositoryLocked
 from ._export import ExportBatch, ExportCursor
 from ._lineage import RUN_COMPONENT_TYPE, CapturePointInfo, LineageIndex, RunInfo
+from ._mine import ActorInstance, MineReport
 from ._repository import ProvenanceRepository, RolloverStats
 from ._rollover import RolloverError
 from ._search import parse_time
 
 __all__ = [
     "RUN_COMPONENT_TYPE",
+    "ActorInstance",
     "AgeOffReport",
     "BadInput",
     "CapturePointInfo",
@@ -21,6 +23,7 @@ __all__ = [
     "ExportBatch",
     "ExportCursor",
     "LineageIndex",
+    "MineReport",
     "NotFound",
     "ProvenanceRepository",
     "RepositoryConfig",

@@ -25,6 +25,7 @@ from ._cli_common import (
 )
 from ._cli_index import register as register_index_commands
 from ._cli_lineage import register as register_lineage_commands
+from ._cli_mine import register as register_mine_command
 from ._errors import BadInput, NotFound, RepositoryError, RepositoryLocked
 
 EXIT_OK, EXIT_FAIL, EXIT_BAD_INPUT = 0, 1, 2
@@ -158,6 +159,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     register_index_commands(sub)  # search, reindex, age-off
     register_lineage_commands(sub)  # trace, runs
+    register_mine_command(sub)  # mine
     for register in _plugins():
         register(sub)
     return parser
