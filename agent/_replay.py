@@ -58,10 +58,7 @@ def selective(lc: LineageContext, lin: LineageRDD) -> list:
     records = lin.record_ids
     allowed = np.union1d(
         np.union1d(index.reachable(run, records), records),
-        np.intersect1d(
-            index.reachable(run, records, forward=True),
-            np.union1d(index.reachable(run, origin), origin),
-        ),
+        _downstream_within(index, run, records, np.union1d(index.reachable(run, origin), origin)),
     )
     cps = unpack_record_ids(allowed)[0]
     by_cp = {int(c): allowed[cps == c] for c in np.unique(cps)}
@@ -117,6 +114,32 @@ def exclusive(lc: LineageContext, node: CapturedRDD, exclude: LineageRDD) -> lis
 def _run(node: CapturedRDD, plan: ReplayPlan) -> list:
     sink = OutputSink(plan.output_cp, "collect", capture_values=False)
     return node._build(sink, capture=False, replay=plan).collect()
+
+
+def _downstream_within(index, run: str, records: np.ndarray, region: np.ndarray) -> np.ndarray:
+    """The records of `region` (the traced outputs and all their ancestors) that derive from
+    `records`. Worked out from parents only (what the backward trace already read): a record
+    derives from `records` if one of its parents is one of them or derives from them. This
+    avoids forward hops, which scan whole child batches."""
+    marked = set(records.tolist())
+    candidates = np.setdiff1d(region, records)
+    info = index.run_info(run)
+    sources = [n for n, c in info.capture_points.items() if c.dependency == "source"]
+    candidates = candidates[~np.isin(unpack_record_ids(candidates)[0], sources)]
+    parents = index.parent_lists(run, candidates)
+    pending = [(r, ps.tolist()) for r, ps in parents.items() if len(ps)]
+    changed = True
+    while changed and pending:
+        changed = False
+        rest = []
+        for r, ps in pending:
+            if any(p in marked for p in ps):
+                marked.add(r)
+                changed = True
+            else:
+                rest.append((r, ps))
+        pending = rest
+    return np.array(sorted(marked), dtype=np.int64)
 
 
 def _is_ancestor(info, a: int, b: int) -> bool:

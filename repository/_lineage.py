@@ -531,38 +531,51 @@ class LineageIndex:
         self.refresh()
         ids = np.asarray(record_ids, dtype=np.int64)
         out: dict[int, object] = {}
+        reads: dict[str, list[tuple[int, int, int]]] = {}  # uri -> (offset, length, record)
         for base, loc, positions in self._group(run, np.unique(ids)):
             evs = loc.first_event_id + positions - loc.pos_start
             for sl, local in self._slices_for(loc, evs):
                 first = base + loc.pos_start + (sl.first_id - loc.first_event_id)
-                for li in local.tolist():
-                    out[first + li] = _datum(sl, li)
+                if sl.voffs is not None and sl.values is not None:
+                    for li in local.tolist():
+                        out[first + li] = _value(sl, li)
+                elif sl.offsets is not None and sl.uri is not None:
+                    todo = reads.setdefault(sl.uri, [])
+                    for li in local.tolist():
+                        start, end = int(sl.offsets[li]), int(sl.offsets[li + 1])
+                        todo.append((start, end - start, first + li))
+        for uri, todo in reads.items():  # one open per file, reads in offset order
+            for rid, text in zip((t[2] for t in sorted(todo)), read_ranges(uri, sorted(todo))):
+                out[rid] = text
         return [out.get(int(r)) for r in ids]
 
 
-def _datum(sl: _Slice, li: int):
-    if sl.voffs is not None and sl.values is not None:
-        raw = sl.values[int(sl.voffs[li]) : int(sl.voffs[li + 1])]
-        try:
-            return pickle.loads(raw)
-        except Exception:  # a value that cannot be rebuilt here is shown as its bytes
-            return raw
-    if sl.offsets is not None and sl.uri is not None:
-        start, end = int(sl.offsets[li]), int(sl.offsets[li + 1])
-        return read_range(sl.uri, start, end - start)
-    return None
+def _value(sl: _Slice, li: int):
+    raw = sl.values[int(sl.voffs[li]) : int(sl.voffs[li + 1])]
+    try:
+        return pickle.loads(raw)
+    except Exception:  # a value that cannot be rebuilt here is shown as its bytes
+        return raw
 
 
-def read_range(uri: str, offset: int, length: int) -> str | None:
-    """The bytes of a record in a local/shared file, decoded, without its line terminator."""
+def read_ranges(uri: str, spans: list[tuple[int, int, object]]) -> list[str | None]:
+    """The records at (offset, length) spans of a local/shared file, decoded, without their
+    line terminators; None for every span if the file cannot be read."""
     path = urlparse(uri).path if uri.startswith("file://") else uri
     try:
         with open(path, "rb") as f:
-            f.seek(offset)
-            raw = f.read(max(0, length))
+            out = []
+            for offset, length, *_ in spans:
+                f.seek(offset)
+                out.append(f.read(max(0, length)).rstrip(b"\r\n").decode("utf-8", "replace"))
+            return out
     except OSError:
-        return None
-    return raw.rstrip(b"\r\n").decode("utf-8", "replace")
+        return [None] * len(spans)
+
+
+def read_range(uri: str, offset: int, length: int) -> str | None:
+    """The bytes of one record in a local/shared file, decoded, without its line terminator."""
+    return read_ranges(uri, [(offset, length)])[0]
 
 
 def _gather_ranges(values: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
