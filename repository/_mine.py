@@ -82,7 +82,7 @@ from ._lineage import RUN_COMPONENT_TYPE, LineageIndex, RunInfo
 
 THRESHOLD = 3.5  # Iglewicz and Hoaglin's cut-off for modified z-scores
 _MAD_TO_SD = 1.4826  # 1 / 0.6745: MAD -> standard deviation for normal data
-_MEAN_AD_TO_SD = 1.2533  # sqrt(pi / 2): mean absolute deviation -> standard deviation
+_SD_FLOOR = 0.5  # children: the sd of a fair coin
 _PREFIX_OUTPUTS = ("take",)  # actions that read a prefix: partitions not scanned are no evidence
 _PARTS = MAX_PARTITION + 1
 
@@ -355,7 +355,9 @@ def _wmedian(values: np.ndarray, counts: np.ndarray) -> float:
 
 def _robust(values: np.ndarray, counts: np.ndarray | None = None, floor: float = 0.0):
     """(median, robust scale) of a sample (ascending distinct values with counts, or a plain
-    array): 1.4826 MAD, or 1.2533 x mean absolute deviation when MAD is 0; at least `floor`."""
+    array): 1.4826 MAD, at least `floor`. No mean-absolute-deviation fallback when MAD is 0:
+    it is not robust (a few spurious inputs, or one dead sibling, inflate it and mask the
+    others); MAD = 0 means most values agree, and the floor (or the sampling error) decides."""
     if counts is None:
         values = np.sort(np.asarray(values, dtype=np.float64))
         counts = np.ones(len(values), dtype=np.int64)
@@ -365,14 +367,103 @@ def _robust(values: np.ndarray, counts: np.ndarray | None = None, floor: float =
     dev = np.abs(values.astype(np.float64) - med)
     order = np.argsort(dev, kind="stable")
     mad = _wmedian(dev[order], counts[order])
-    scale = _MAD_TO_SD * mad if mad > 0 else _MEAN_AD_TO_SD * float(dev @ counts) / counts.sum()
-    return med, max(scale, floor)
+    return med, max(_MAD_TO_SD * mad, floor)
 
 
 def _z(x: float, center: float, scale: float) -> float:
     if scale <= 0:
         return 0.0
     return (x - center) / scale
+
+
+def _z_min(z_sampling: float, x: float, center: float, spread: float) -> float:
+    """The sampling z-score, or the z-score against the siblings' spread if that is smaller:
+    a difference counts only if it beats both chance and the siblings' own variation."""
+    if spread > 0 and abs(x - center) / spread < abs(z_sampling):
+        return (x - center) / spread
+    return z_sampling
+
+
+def _z_of_log_tail(logp: float) -> float:
+    """The z whose upper normal tail has probability exp(logp) (0 for p >= 0.5)."""
+    if logp >= math.log(0.5):
+        return 0.0
+
+    def log_q(z: float) -> float:
+        if z < 30:
+            return math.log(0.5 * math.erfc(z / math.sqrt(2)))
+        return -z * z / 2 - math.log(z) - 0.5 * math.log(2 * math.pi)  # asymptotic
+
+    lo, hi = 0.0, math.sqrt(-2 * logp) + 2
+    for _ in range(80):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if log_q(mid) > logp else (lo, mid)
+    return (lo + hi) / 2
+
+
+def _log_sum_terms(first_log: float, ratio) -> float:
+    """log of sum_{t>=0} term_t where term_0 = exp(first_log), term_{t+1} = term_t ratio(t);
+    stops when terms no longer matter (the caller starts in a decreasing tail)."""
+    total, term, t = 1.0, 1.0, 0
+    while True:
+        r = ratio(t)
+        if r <= 0:
+            break
+        term *= r
+        total += term
+        t += 1
+        if term < 1e-17 * total:
+            break
+    return first_log + math.log(total)
+
+
+def _fisher_z(x_i: float, n_i: float, x_o: float, n_o: float) -> float:
+    """Signed z-score of Fisher's exact test: does the instance have more (+) or fewer (-)
+    of something (productive or outlying inputs) than its siblings' rate predicts? Exact
+    hypergeometric tails, because the counts are small (a few outlying inputs) where a
+    normal approximation would call three events among a hundred inputs 'z = 5'."""
+    x_i, n_i, x_o, n_o = int(x_i), int(n_i), int(x_o), int(n_o)
+    big_n, big_k = n_i + n_o, x_i + x_o
+    if n_o == 0 or big_k in (0, big_n):
+        return 0.0
+    expected = n_i * big_k / big_n
+    lg = math.lgamma
+
+    def log_pmf(k: int) -> float:
+        return (
+            lg(big_k + 1) - lg(k + 1) - lg(big_k - k + 1)
+            + lg(big_n - big_k + 1) - lg(n_i - k + 1) - lg(big_n - big_k - n_i + k + 1)
+            - lg(big_n + 1) + lg(n_i + 1) + lg(big_n - n_i + 1)
+        )  # fmt: skip
+
+    k0 = x_i
+    if x_i > expected:
+        hi = min(n_i, big_k)
+
+        def up(t: int) -> float:
+            k = k0 + t
+            if k >= hi:
+                return 0.0
+            return (big_k - k) * (n_i - k) / ((k + 1) * (big_n - big_k - n_i + k + 1))
+
+        return _z_of_log_tail(_log_sum_terms(log_pmf(k0), up))
+    lo = max(0, n_i - (big_n - big_k))
+
+    def down(t: int) -> float:
+        k = k0 - t
+        if k <= lo:
+            return 0.0
+        return k * (big_n - big_k - n_i + k) / ((big_k - k + 1) * (n_i - k + 1))
+
+    return -_z_of_log_tail(_log_sum_terms(log_pmf(k0), down))
+
+
+def _poisson_z(x: int, lam: float) -> float:
+    """z-score of P(X >= x) for X ~ Poisson(lam): a count with no siblings to compare with."""
+    if x <= lam:
+        return 0.0
+    first = x * math.log(lam) - lam - math.lgamma(x + 1)
+    return _z_of_log_tail(_log_sum_terms(first, lambda t: lam / (x + t + 1)))
 
 
 def _score_type(info, insts, threshold, examples, bad_edges, good_edges, restricted):
@@ -401,15 +492,27 @@ def _score_type(info, insts, threshold, examples, bad_edges, good_edges, restric
     prod = np.array([int(np.count_nonzero(i.deg)) for i in insts], dtype=np.float64)
     mult, sel = assoc / n, prod / n
 
-    # Phase 1: each input against the siblings' inputs.
-    refs, outl, zin = [], np.zeros(k), []
-    for j, inst in enumerate(insts):
-        hv, hc = sibling_hist(j)
-        med, scale = _robust(hv, hc, floor=1.0)
-        refs.append((med, scale))
-        z = (inst.deg - med) / scale
-        zin.append(z)
-        outl[j] = np.count_nonzero(np.abs(z) > threshold)
+    # Phase 1: each input against all inputs of the type. One reference for all instances,
+    # so that their counts of outlying inputs compare (a per-instance reference would move
+    # the cut-off of a discrete out-degree by whole children); the median and MAD ignore a
+    # faulty instance's few outlying inputs.
+    med1, scale1 = _robust(values, total, floor=1.0)
+    zin = [(i.deg - med1) / scale1 for i in insts]
+    outl = np.array([np.count_nonzero(np.abs(z) > threshold) for z in zin], dtype=np.float64)
+    # The sampling error of an instance's multiplicity: the sd of its siblings' inputs that
+    # are not outlying (the plain sd, so honest spread such as a join's varied fan-out counts,
+    # without the outlying inputs, so a second faulty sibling cannot mask this one), at least
+    # 0.5 children (a fair coin's: siblings that all agree do not make one child infinitely
+    # significant).
+    sums = np.zeros((k, 3))
+    for j, (inst, z) in enumerate(zip(insts, zin)):
+        d = inst.deg[np.abs(z) <= threshold].astype(np.float64)
+        sums[j] = (len(d), d.sum(), d @ d)
+    refs = []
+    for j in range(k):
+        cnt, s1, s2 = sums.sum(axis=0) - (sums[j] if k > 1 else 0)
+        sd = math.sqrt(max(s2 - s1 * s1 / cnt, 0.0) / (cnt - 1)) if cnt > 1 else 0.0
+        refs.append(max(sd, _SD_FLOOR))
 
     cp_info = info.capture_points
     c, p = insts[0].c, insts[0].p
@@ -428,7 +531,9 @@ def _score_type(info, insts, threshold, examples, bad_edges, good_edges, restric
         if len(gdeg):
             gv, gc = np.unique(gdeg, return_counts=True)
             gmed, gscale = _robust(gv, gc, floor=1.0)
-            good_ref = (len(gdeg), gmed, gscale)
+            # The good trace gives the centre (how inputs that made good outputs behave); a
+            # few good inputs say little about spread, so the type's own spread bounds it.
+            good_ref = (len(gdeg), gmed, max(gscale, scale1))
 
     out = []
     for j, inst in enumerate(insts):
@@ -436,21 +541,23 @@ def _score_type(info, insts, threshold, examples, bad_edges, good_edges, restric
         if restricted and key not in bad_edges:
             continue  # scored only as a sibling
         others = np.arange(k) != j
-        med, scale = refs[j]
+        sd = refs[j]
         nj = n[j]
         if k > 1:
             n_o = n[others].sum()
             m_med, m_spread = _robust(mult[others])
-            z_m = _z(mult[j], m_med, max(m_spread, scale / math.sqrt(nj)))
+            z_m = _z_min(_z(mult[j], m_med, sd / math.sqrt(nj)), mult[j], m_med, m_spread)
             s_med, s_spread = _robust(sel[others])
-            s_rate = (prod[others].sum() + 1) / (n_o + 2)
-            z_s = _z(sel[j], s_med, max(s_spread, math.sqrt(s_rate * (1 - s_rate) / nj)))
-            o_rate = (outl[others].sum() + 1) / (n_o + 2)
+            # Siblings' counts at their median rate: one dead or faulty sibling must not
+            # drag the baseline (a pooled rate would).
+            z_s = _fisher_z(prod[j], nj, round(s_med * n_o), n_o)
+            z_s = _z_min(z_s, sel[j], s_med, s_spread)
+            o_med = float(np.median(outl[others] / n[others]))
+            z_o = _fisher_z(outl[j], nj, round(o_med * n_o), n_o)
         else:
             m_med = s_med = None
             z_m = z_s = 0.0
-            o_rate = 1 / (nj + 2)  # no siblings: at most about one outlier by chance
-        z_o = _z(outl[j], nj * o_rate, math.sqrt(nj * o_rate * (1 - o_rate)))
+            z_o = _poisson_z(int(outl[j]), 1.0)  # no siblings: about one outlier by chance
         score = max(abs(z_m), abs(z_s), max(z_o, 0.0))
 
         z = zin[j]
@@ -470,8 +577,8 @@ def _score_type(info, insts, threshold, examples, bad_edges, good_edges, restric
                     extra["good_inputs"] = g_n
                     extra["good_out_degree"] = g_med
                 else:  # no good lineage through this type: the siblings are the baseline
-                    g_med, g_scale = med, scale
-                    extra["good_out_degree"] = med
+                    g_med, g_scale = _robust(*sibling_hist(j), floor=1.0)
+                    extra["good_out_degree"] = g_med
                 contrast = _z(float(tdeg.mean()), g_med, g_scale / math.sqrt(len(tdeg)))
                 extra["contrast"] = contrast
                 score = abs(contrast)
