@@ -24,32 +24,38 @@ Definitions (refined from Newt's for Titian-style capture points; see `mine`):
   inputs; **selectivity** = inputs with at least one child / inputs.
 
 Statistics. An actor type has few instances (one per partition: often 2 to 16) and a faulty
-task may come with a second one (Newt injected two), so mean/standard-deviation tests (Grubbs'
-and its multi-outlier variants) are both weak (with n <= 4 Grubbs' statistic cannot even reach
-its critical value for one outlier among equal values) and prone to masking. We use medians:
+task may come with a second one (Newt injected two). Grubbs' test and its multi-outlier
+variants (generalized ESD) rest on the mean and sd of the instances: with n <= 4 Grubbs'
+statistic cannot even reach its critical value for one outlier among equal values, and a
+second outlier inflates the sd and masks the first. So we use medians, compare every
+instance with the others (leave-one-out), and put every statistic in z units:
 
-- Scale of a sample: Iglewicz and Hoaglin's modified z-score, (x - median) / (1.4826 MAD),
-  flagged beyond 3.5; when MAD = 0 (more than half of the values equal, common for counts:
-  a map's out-degrees are all 1) their fallback 1.2533 x mean absolute deviation. Out-degrees
-  are whole numbers, so the scale of an out-degree is floored at one child: otherwise one
-  extra child among equal out-degrees would be infinitely significant.
-- **Leave-one-out**: an instance is always compared with its *siblings* (the other instances
-  of its type), never with a reference that contains itself, so a faulty instance cannot
-  mask itself, even when all its inputs misbehave; the medians keep a second faulty sibling
-  from masking it (breakdown point 50 %).
-- **Phase 1** (inputs): each input's out-degree against the pooled out-degrees of the
-  siblings' inputs (hundreds of values even when there are two siblings, so the median and
-  MAD are stable); inputs beyond the threshold are *outlying* (a few inputs with many spurious
-  children). An actor type with one instance is compared with itself.
-- **Phase 2** (instance vs. siblings): robust z-scores of the instance's multiplicity, its
-  selectivity and its count of outlying inputs against the siblings'. With few siblings their
-  spread says little (the MAD of three values is often zero), so each scale is also floored
-  at the *sampling error* the instance would have if its inputs behaved like its siblings':
-  sd / sqrt(inputs) for multiplicity, the binomial error for selectivity and for the outlying
-  count (with Laplace-smoothed rates, so siblings with no outliers still give a finite scale).
-  A difference is significant only if it exceeds both the siblings' own variation and noise.
+- **Phase 1** (inputs): each input's out-degree gets Iglewicz and Hoaglin's modified z-score,
+  (x - median) / (1.4826 MAD), against all inputs of its actor type (hundreds of values even
+  with two instances; a faulty instance's few inputs cannot move a median, breakdown 50 %).
+  Beyond 3.5 an input is *outlying*: a few inputs with many spurious children, or none where
+  all others have many. Out-degrees are whole numbers, so the scale is at least one child
+  (when MAD = 0, i.e. most out-degrees agree; we do not use Iglewicz and Hoaglin's mean-
+  absolute-deviation fallback, which a few spurious inputs inflate). One reference for all
+  instances, so their counts of outlying inputs compare.
+- **Phase 2** (instance vs. siblings, the other instances of its type):
+  - multiplicity: (m - median of the siblings' m) / (sd / sqrt(inputs)), the sampling error
+    of the instance's mean out-degree if its inputs behaved like the siblings' non-outlying
+    inputs (the plain sd: a join's varied fan-out is real spread; without outlying inputs:
+    a second faulty sibling does not mask this one; at least 0.5 children, a fair coin's).
+  - selectivity and the count of outlying inputs: Fisher's exact test of the instance's count
+    against its siblings' *median* rate (exact hypergeometric tails, turned into z: three
+    outlying inputs among a hundred are rare, not 'z = 5' as a normal approximation says; the
+    median rate, so a dead sibling does not drag the baseline).
+  - each z is also bounded by the siblings' own spread (1.4826 MAD of their values) when that
+    is larger than the sampling error: a difference must beat both chance and the siblings'
+    variation. With few siblings their MAD is often 0 and the sampling error decides.
+  - an actor type with one instance has no siblings: multiplicity and selectivity z are 0,
+    and its outlying inputs are tested against about one by chance (Poisson, mean 1).
 - **score** = the largest of |z multiplicity|, |z selectivity| and z outlying (more outlying
-  inputs than siblings; fewer is no evidence). It is in robust-z units: >= 3.5 is a suspect.
+  inputs than the siblings; fewer is no evidence): >= 3.5 is a suspect. Under no fault it
+  stays below 3.5 in nearly every run for light-tailed out-degrees; genuinely heavy-tailed
+  ones (a hot join key) are flagged, as they are outliers.
 
 Winnowing (§4.1): with bad outputs, only the instances on their backward trace (an edge of
 the trace enters C from P's partition p) are returned, still scored against all their
@@ -57,7 +63,11 @@ siblings' associations, as Newt's mine tables keep all original associations. Wi
 outputs too, the ranking compares the two lineages: the out-degrees of the instance's inputs
 on the bad trace against those of the same actor type's inputs on the good trace (out-degrees
 are whole-table: an input's behaviour is all of its children, not only the one a traced
-output came from, or every traced input would have multiplicity one).
+output came from, or every traced input would have multiplicity one). contrast = (mean bad
+out-degree - median good out-degree) / (spread / sqrt(bad inputs)), the spread being the
+larger of the good inputs' and the whole type's robust scales (a handful of good inputs say
+little about spread); inputs on both traces are no baseline; a type the good trace does not
+cross is compared with the instance's siblings. The score is then |contrast|.
 
 Joins are symmetric: an association has a parent on each side, so spurious children of one
 side's inputs also show, spread out, on the matched records of the other side. The faulty
