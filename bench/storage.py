@@ -152,10 +152,10 @@ def make_vocab(rng: np.random.Generator, n: int) -> list[bytes]:
 
 
 def make_zipf_text(
-    rng: np.random.Generator, s: float, vocab_size: int, target_bytes: int
+    rng: np.random.Generator, s: float, vocab: list[bytes], target_bytes: int
 ) -> tuple[ZipfText, bytes]:
-    """A text of ~target_bytes: Zipf(s) words over `vocab_size` words, 5-15 words per line."""
-    vocab = make_vocab(rng, vocab_size)
+    """A text of ~target_bytes: Zipf(s) over `vocab` (rank order), 5-15 words per line."""
+    vocab_size = len(vocab)
     p = np.arange(1, vocab_size + 1, dtype=np.float64) ** -s
     p /= p.sum()
     vlen = np.fromiter((len(w) for w in vocab), dtype=np.int64, count=vocab_size)
@@ -602,8 +602,12 @@ def bench_lineage(root: str, z: ZipfText, text: bytes, parts: int, runs: int, le
             repo.wait_for_index()  # not timed: keeps the index thread out of what follows
             assert merged == records, (merged, records)
             disk.append(log_bytes(repo, {first}))
-            if sample is None:
-                sample = [bytes(msgspec.msgpack.encode(e)) for e in repo.get_events(first, 100_000)]
+            if sample is None:  # every 8th record: the mix of the whole log, not its start
+                sample = [
+                    msgspec.msgpack.encode(e)
+                    for a in range(first, first + records, PAGE)
+                    for e in repo.get_events(a, min(PAGE, first + records - a))[::8]
+                ]
             t_dec.append(timed(lambda s=sample: decode_each(s))[0])
             t_dec[-1] *= records / len(sample)
             t = clock()
@@ -693,11 +697,11 @@ def line_set_bits(tasks: list[TaskLineage]) -> float:
 
 
 def bench_bytes(
-    root: str, rng: np.random.Generator, s: float, args, level: int
+    root: str, rng: np.random.Generator, vocab: list[bytes], s: float, args, level: int
 ) -> tuple[dict[str, int], ZipfText, float, int]:
     """Bytes on disk for one exponent, by capture point (each rolled over into its own log),
     the combiners' information floor in bytes, and the (line, word) associations."""
-    z, _ = make_zipf_text(rng, s, args.vocab, int(args.text_mb * 1e6))
+    z, _ = make_zipf_text(rng, s, vocab, int(args.text_mb * 1e6))
     tasks = word_count_lineage(z, args.partitions)
     floor = line_set_bits(tasks) / 8
     assocs = sum(len(t.comb_parents) for t in tasks if t.kind == "map")
@@ -734,6 +738,7 @@ def main() -> None:
     level = RepositoryConfig().zstd_level
     root = tempfile.mkdtemp(prefix="provrepo-bench-", dir=args.dir)
     rng = np.random.default_rng(args.seed)
+    vocab = make_vocab(np.random.default_rng(args.seed + 1), args.vocab)  # one for every s
     print(
         f"bench/storage.py: median of {args.runs} runs, interleaved with each primitive; "
         f"python {sys.version.split()[0]}, msgspec {msgspec.__version__}, "
@@ -747,7 +752,7 @@ def main() -> None:
             bench_rich(root, args.events, args.runs, level)
         if "lineage" in only:
             main_s = 1.1 if 1.1 in exps else exps[0]
-            z, text = make_zipf_text(rng, main_s, args.vocab, int(args.text_mb * 1e6))
+            z, text = make_zipf_text(rng, main_s, vocab, int(args.text_mb * 1e6))
             bench_lineage(root, z, text, args.partitions, args.runs, level)
             del text, z
         if "bytes" not in only:
@@ -759,7 +764,7 @@ def main() -> None:
             "given each word's count and first line: log2 C(lines after it, count - 1) per word"
         )
         for s in exps:
-            parts, z, floor, assocs = bench_bytes(root, rng, s, args, level)
+            parts, z, floor, assocs = bench_bytes(root, rng, vocab, s, args, level)
             pct = 100 / z.text_bytes
             print(
                 f"  s={s}: {z.text_bytes / 1e6:.1f} MB, {z.words / 1e6:.2f} M words of "
