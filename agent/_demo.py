@@ -167,7 +167,9 @@ def _traces(lc, counts, report, by_code) -> None:
     for cp_number, value in zip(unpack_record_ids(fwd.record_ids)[0].tolist(), fwd.collect()):
         c = cps.get(cp_number)
         print(f"    -> {c.component_id if c else '?'}: {value!r}")
-    fails = lc.repo.search(event_types=["FAIL"], runs=[lc.run_id], limit=100_000)
-    if fails:
-        print(f"\n{len(fails)} garbled record(s) skipped and recorded as culprits, e.g.:")
-        print(f"    record {fails[0].record_id}: {fails[0].attributes.get('message')}")
+    culprits = lc.culprits()
+    if culprits:
+        c = culprits[0]
+        print(f"\n{len(culprits)} garbled record(s) skipped and recorded as culprits, e.g.:")
+        print(f"    record {c.record_id}: {c.exception}: {c.message}")
+        print(f"    {c.data}")

@@ -90,6 +90,10 @@ def cmd_stats(args) -> int:
         f"{_human(stats['log_bytes'])} + {_human(stats['toc_bytes'])} toc)"
     )
     print(
+        f"search index     {stats['index_shards']} shard(s), {_human(stats['index_bytes'])}, "
+        f"{stats['events_not_indexed']:,} events not indexed yet"
+    )
+    print(
         f"journals pending {stats['journals_pending']} sealed "
         f"({_human(stats['journal_bytes_pending'])}), "
         f"{stats['journals_open']} open, {stats['quarantined_journals']} quarantined"
