@@ -458,6 +458,17 @@ def us(x: float) -> float:
     return x * 1e6
 
 
+def report_lookups(lat: list[float], blat: list[float]) -> None:
+    """Latency percentiles over every lookup of every run; ratios are times (lower: better)."""
+    b50, b99 = percentile(blat, 50), percentile(blat, 99)
+    report("primitive: pread + unzstd 1 block, p50", us(b50), "us")
+    report("primitive: pread + unzstd 1 block, p99", us(b99), "us")
+    p50, p99 = percentile(lat, 50), percentile(lat, 99)
+    what = f"get_event, {len(lat):,} random ids"
+    report(f"lookup {what}: p50", us(p50), "us", "goal <= 200 us", ratio(p50, b50, "the time"))
+    report("lookup get_event p99", us(p99), "us", "", ratio(p99, b99, "the time"))
+
+
 # -- sections ----------------------------------------------------------------------------------
 
 
@@ -538,18 +549,7 @@ def bench_rich(root: str, n: int, runs: int, level: int) -> None:
         "goal >= 1.0 M/s",
         ratio(rate(n, t_exp), dec, "of decode"),
     )
-    p50, p99, b50, b99 = (
-        percentile(lat, 50),
-        percentile(lat, 99),
-        percentile(blat, 50),
-        percentile(blat, 99),
-    )
-    report("primitive: pread + unzstd 1 block, p50", us(b50), "us")
-    report("primitive: pread + unzstd 1 block, p99", us(b99), "us")
-    report(
-        "lookup get_event p50 (random ids)", us(p50), "us", "goal <= 200 us", ratio(p50, b50, "")
-    )
-    report("lookup get_event p99", us(p99), "us", "", ratio(p99, b99, ""))
+    report_lookups(lat, blat)
     report("journal bytes / event", median(jbytes) / n, "B")
     report("on disk (log + toc) / event", median(disk) / n, "B", "", "")
 
@@ -660,13 +660,7 @@ def bench_lineage(root: str, z: ZipfText, text: bytes, parts: int, runs: int, le
         "goal >= 1.0 M/s",
         ratio(exp, dec, "of decode"),
     )
-    p50, p99 = percentile(lat, 50), percentile(lat, 99)
-    b50, b99 = percentile(blat, 50), percentile(blat, 99)
-    report("primitive: pread + unzstd 1 block, p50", us(b50), "us")
-    report(
-        "lookup get_event p50 (random ids)", us(p50), "us", "goal <= 200 us", ratio(p50, b50, "")
-    )
-    report("lookup get_event p99", us(p99), "us", "", ratio(p99, b99, "of block p99"))
+    report_lookups(lat, blat)
     size = median(disk)
     report(
         "on disk (logs + toc) / text bytes",
