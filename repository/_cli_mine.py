@@ -82,7 +82,7 @@ def _print_text(report: MineReport, rows: list[ActorInstance]) -> None:
     contrast = report.mode == "bad+good"
     head = (
         f"{'rank':>4} {'score':>7}  {'actor instance (C <- P [partition])':<40} {'inputs':>7} "
-        f"{'mult':>7} {'(sibs)':>7} {'sel':>5} {'(sibs)':>6} {'outl':>5} "
+        f"{'mult':>7} {'(med)':>7} {'sel':>5} {'(med)':>6} {'outl':>5} "
         f"{'z_mult':>7} {'z_sel':>6} {'z_outl':>6}"
     )
     print(head + ("  bad/good out-degree" if contrast else ""))
@@ -90,8 +90,8 @@ def _print_text(report: MineReport, rows: list[ActorInstance]) -> None:
         name = f"{i.component_id} <- {i.parent_component_id} [{i.partition}]"
         line = (
             f"{ranks[id(i)]:>4} {i.score:>7.1f}{'*' if i.suspect else ' '} {name:<40} "
-            f"{i.inputs:>7} {i.multiplicity:>7.2f} {_opt(i.sibling_multiplicity, 7, 2)} "
-            f"{i.selectivity:>5.2f} {_opt(i.sibling_selectivity, 6, 2)} {i.outlying_inputs:>5} "
+            f"{i.inputs:>7} {i.multiplicity:>7.2f} {_opt(i.typical_multiplicity, 7, 2)} "
+            f"{i.selectivity:>5.2f} {_opt(i.typical_selectivity, 6, 2)} {i.outlying_inputs:>5} "
             f"{i.z_multiplicity:>7.1f} {i.z_selectivity:>6.1f} {i.z_outlying:>6.1f}"
         )
         if contrast:

@@ -27,35 +27,38 @@ Statistics. An actor type has few instances (one per partition: often 2 to 16) a
 task may come with a second one (Newt injected two). Grubbs' test and its multi-outlier
 variants (generalized ESD) rest on the mean and sd of the instances: with n <= 4 Grubbs'
 statistic cannot even reach its critical value for one outlier among equal values, and a
-second outlier inflates the sd and masks the first. So we use medians, compare every
-instance with the others (leave-one-out), and put every statistic in z units:
+second outlier inflates the sd and masks the first. So we use medians and MADs (robust while
+fewer than half the instances are faulty) and put every statistic in z units:
 
 - **Phase 1** (inputs): each input's out-degree gets Iglewicz and Hoaglin's modified z-score,
   (x - median) / (1.4826 MAD), against all inputs of its actor type (hundreds of values even
-  with two instances; a faulty instance's few inputs cannot move a median, breakdown 50 %).
-  Beyond 3.5 an input is *outlying*: a few inputs with many spurious children, or none where
-  all others have many. Out-degrees are whole numbers, so the scale is at least one child
-  (when MAD = 0, i.e. most out-degrees agree; we do not use Iglewicz and Hoaglin's mean-
-  absolute-deviation fallback, which a few spurious inputs inflate). One reference for all
-  instances, so their counts of outlying inputs compare.
-- **Phase 2** (instance vs. siblings, the other instances of its type):
-  - multiplicity: (m - median of the siblings' m) / (sd / sqrt(inputs)), the sampling error
-    of the instance's mean out-degree if its inputs behaved like the siblings' non-outlying
-    inputs (the plain sd: a join's varied fan-out is real spread; without outlying inputs:
-    a second faulty sibling does not mask this one; at least 0.5 children, a fair coin's).
+  with two instances; a faulty instance's few inputs cannot move a median). Beyond 3.5 an
+  input is *outlying*: a few inputs with many spurious children, or none where all others
+  have many. Out-degrees are whole numbers, so the scale is at least one child (when MAD = 0,
+  i.e. most out-degrees agree; not their mean-absolute-deviation fallback, which a few
+  spurious inputs inflate). One reference for all instances, so outlier counts compare.
+- **Phase 2** (instance vs. its siblings, the other instances of its type), against the
+  type's median (over all its instances: from three on, neither a faulty sibling nor the
+  instance judged can move it, where the median of the two others would be their mean):
+  - multiplicity: (m - median m) / (sd / sqrt(inputs)), the sampling error of the mean
+    out-degree if the instance's inputs behaved like its siblings' non-outlying inputs (the
+    plain sd: a join's varied fan-out is real spread; without their outlying inputs: a second
+    faulty sibling does not mask this one; at least 0.5 children, a fair coin's sd).
   - selectivity and the count of outlying inputs: Fisher's exact test of the instance's count
-    against its siblings' *median* rate (exact hypergeometric tails, turned into z: three
-    outlying inputs among a hundred are rare, not 'z = 5' as a normal approximation says; the
-    median rate, so a dead sibling does not drag the baseline).
-  - each z is also bounded by the siblings' own spread (1.4826 MAD of their values) when that
-    is larger than the sampling error: a difference must beat both chance and the siblings'
-    variation. With few siblings their MAD is often 0 and the sampling error decides.
+    against the siblings' inputs at the median rate (exact hypergeometric tails, turned into
+    z: three outlying inputs among a hundred are rare, not 'z = 5' as a normal approximation
+    says; the median rate, so a dead sibling does not drag the baseline as a pooled one would).
+  - each z is also bounded by the instances' spread (1.4826 MAD over all of them, from three
+    on) when that is wider than the sampling error: inputs are not independent (a join's
+    records of one key share their out-degree, so partitions differ by whole keys), and a
+    difference must beat both chance and the siblings' variation.
   - an actor type with one instance has no siblings: multiplicity and selectivity z are 0,
     and its outlying inputs are tested against about one by chance (Poisson, mean 1).
 - **score** = the largest of |z multiplicity|, |z selectivity| and z outlying (more outlying
-  inputs than the siblings; fewer is no evidence): >= 3.5 is a suspect. Under no fault it
-  stays below 3.5 in nearly every run for light-tailed out-degrees; genuinely heavy-tailed
-  ones (a hot join key) are flagged, as they are outliers.
+  inputs than the siblings; fewer is no evidence): >= 3.5 is a suspect. Without a fault it
+  stays below 3.5 in nearly every run for light-tailed out-degrees (see tests/test_mine.py);
+  genuinely heavy-tailed ones (a hot join key) are flagged, as they are outliers; with two
+  instances only their difference can be seen, not which one is off.
 
 Winnowing (§4.1): with bad outputs, only the instances on their backward trace (an edge of
 the trace enters C from P's partition p) are returned, still scored against all their
@@ -115,8 +118,8 @@ class ActorInstance:
     median_out_degree: float
     max_out_degree: int
     siblings: int  # other instances of the actor type
-    sibling_multiplicity: float | None  # the siblings' median
-    sibling_selectivity: float | None
+    typical_multiplicity: float | None  # the median over the type's instances (None: alone)
+    typical_selectivity: float | None
     outlying_inputs: int  # phase 1: inputs whose out-degree is an outlier among the siblings'
     z_multiplicity: float  # phase 2, signed (robust z units)
     z_selectivity: float
@@ -545,6 +548,15 @@ def _score_type(info, insts, threshold, examples, bad_edges, good_edges, restric
             # few good inputs say little about spread, so the type's own spread bounds it.
             good_ref = (len(gdeg), gmed, max(gscale, scale1))
 
+    # What is typical of the type: the median over all its instances (with three or more,
+    # one faulty instance cannot move it, nor can the instance judged; a median of the two
+    # other siblings, one of them faulty, would be their mean). How much instances differ
+    # beyond sampling error: 1.4826 MAD over all instances, from three on (the MAD of two
+    # values is their distance), as inputs are not independent (a join's records of one key
+    # share their out-degree, so a partition's multiplicity moves by whole keys).
+    orate = outl / n
+    centre = [float(np.median(x)) for x in (mult, sel, orate)]
+    spread = [_robust(x)[1] if k >= 3 else 0.0 for x in (mult, sel, orate)]
     out = []
     for j, inst in enumerate(insts):
         key = (c, p, inst.part)
@@ -555,15 +567,14 @@ def _score_type(info, insts, threshold, examples, bad_edges, good_edges, restric
         nj = n[j]
         if k > 1:
             n_o = n[others].sum()
-            m_med, m_spread = _robust(mult[others])
-            z_m = _z_min(_z(mult[j], m_med, sd / math.sqrt(nj)), mult[j], m_med, m_spread)
-            s_med, s_spread = _robust(sel[others])
-            # Siblings' counts at their median rate: one dead or faulty sibling must not
-            # drag the baseline (a pooled rate would).
+            m_med, s_med, o_med = centre
+            z_m = _z_min(_z(mult[j], m_med, sd / math.sqrt(nj)), mult[j], m_med, spread[0])
+            # Siblings' counts at the median rate: one dead or faulty sibling must not drag
+            # the baseline (their pooled rate would).
             z_s = _fisher_z(prod[j], nj, round(s_med * n_o), n_o)
-            z_s = _z_min(z_s, sel[j], s_med, s_spread)
-            o_med = float(np.median(outl[others] / n[others]))
+            z_s = _z_min(z_s, sel[j], s_med, spread[1])
             z_o = _fisher_z(outl[j], nj, round(o_med * n_o), n_o)
+            z_o = _z_min(z_o, orate[j], o_med, spread[2])
         else:
             m_med = s_med = None
             z_m = z_s = 0.0
@@ -608,8 +619,8 @@ def _score_type(info, insts, threshold, examples, bad_edges, good_edges, restric
                 median_out_degree=float(np.median(inst.deg)),
                 max_out_degree=int(inst.deg.max()),
                 siblings=k - 1,
-                sibling_multiplicity=m_med,
-                sibling_selectivity=s_med,
+                typical_multiplicity=m_med,
+                typical_selectivity=s_med,
                 outlying_inputs=int(outl[j]),
                 z_multiplicity=float(z_m),
                 z_selectivity=float(z_s),

@@ -146,10 +146,11 @@ def test_inputs_with_no_children_count(repo):
         repo,
         "r",
         lambda p, i: 0 if (p == 1 and i % 5 < 2) or p == 2 else max(base(p, i), 1),
+        parts=6,
     )
     report = repo.mine("r")
     by_key = {i.key: i for i in report.instances}
-    assert set(by_key) == {(2, 1, p) for p in range(4)}  # p2 is there without a batch
+    assert set(by_key) == {(2, 1, p) for p in range(6)}  # p2 is there without a batch
     assert by_key[(2, 1, 2)].inputs == 50 and by_key[(2, 1, 2)].selectivity == 0
     assert by_key[(2, 1, 1)].selectivity == pytest.approx(0.6)
     assert {i.key for i in report.suspects} == {(2, 1, 1), (2, 1, 2)}
@@ -181,9 +182,10 @@ def test_two_faulty_siblings_do_not_mask_each_other(repo):
         report = repo.mine(run)
         assert {i.key for i in report.suspects} == {(2, 1, p) for p in only}, only
         scores[tuple(sorted(only))] = {i.partition: i.score for i in report.suspects}
-    # Each fault scores about as high beside the other as alone (medians, leave-one-out).
+    # Each fault still scores well beside the other (a mean and sd would let one hide the
+    # other; the MAD grows a little with a second outlier).
     for p in (2, 5):
-        assert scores[(2, 5)][p] > 0.8 * scores[(p,)][p]
+        assert scores[(2, 5)][p] > 0.5 * scores[(p,)][p]
 
 
 def test_no_anomaly_no_suspect(repo):
@@ -292,7 +294,7 @@ def test_one_instance_types_rely_on_phase_one(repo):
     map_run(repo, "r", lambda p, i: 40 if i < 8 else max(base(p, i), 1), parts=1, n=200)
     report = repo.mine("r")
     (only,) = report.instances
-    assert only.siblings == 0 and only.sibling_multiplicity is None and only.z_multiplicity == 0
+    assert only.siblings == 0 and only.typical_multiplicity is None and only.z_multiplicity == 0
     assert only.outlying_inputs == 8 and only.suspect
     assert any("one instance" in n for n in report.notes)
 
