@@ -247,7 +247,9 @@ def mine(
     if good_edges is not None:
         out.sort(key=lambda i: (-i.score, -(abs(i.z_multiplicity)), i.key))
     else:
-        out.sort(key=lambda i: (-i.score, i.key))
+        # Ties (two instances judged against each other differ by the same z): the one with
+        # outlying inputs first.
+        out.sort(key=lambda i: (-round(i.score, 6), -i.z_outlying, i.key))
     mode = "all" if bad is None else ("bad" if good is None else "bad+good")
     notes = []
     if any(len(parts) == 1 for parts in types.values()):

@@ -306,6 +306,39 @@ def test_without_a_descriptor_parents_come_from_the_batches(repo):
     assert report.instances[0].key == (2, 1, 1) and report.instances[0].suspect
 
 
+def test_take_is_judged_on_the_partitions_it_read(repo):
+    # take(5) read partition 0 only: the others' inputs are no evidence of emitting nothing.
+    cps = [
+        cp(1, "parallelize#0", "parallelize", dependency="source"),
+        cp(2, "take#1", "take", [1], "narrow", "SEND"),
+    ]
+    records = {(1, p): 50 for p in range(4)}
+    records[(2, 0)] = [[src(0, i)] for i in range(5)]
+    write_run(repo, "r", cps, records)
+    report = repo.mine("r")
+    assert [i.key for i in report.instances] == [(2, 1, 0)] and report.run_instances == 1
+
+
+def test_union_instances_follow_their_parents_partitions(repo):
+    # union of two 3-partition sources into 6 partitions, then collect: collect's partition
+    # 4 reads source 2's partition 1, which is where the spurious children come from.
+    cps = [
+        cp(1, "parallelize#0", "parallelize", dependency="source"),
+        cp(2, "parallelize#1", "parallelize", dependency="source"),
+        cp(3, "collect#3", "collect", [1, 2], "union", "SEND"),
+    ]
+    base = noisy(9)
+    records = {(c, p): 60 for c in (1, 2) for p in range(3)}
+    for q in range(6):
+        c, p = (1, q) if q < 3 else (2, q - 3)
+        deg = [20 if (c, p, i) in {(2, 1, 7), (2, 1, 8)} else base(q, i) for i in range(60)]
+        records[(3, q)] = [[record_id_base(c, p) + i] for i in range(60) for _ in range(deg[i])]
+    write_run(repo, "r", cps, records)
+    report = repo.mine("r")
+    assert {i.key for i in report.instances} == {(3, c, p) for c in (1, 2) for p in range(3)}
+    assert [i.key for i in report.suspects] == [(3, 2, 1)]
+
+
 def test_bad_input_is_refused_with_one_line(repo):
     map_run(repo, "r", noisy(7))
     out = record_id_base(2, 0)
