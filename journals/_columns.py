@@ -220,14 +220,12 @@ class IntColumn(msgspec.Struct, array_like=True, gc=False, frozen=True):
             lens = counts[nonempty]
             kr = _rice_k(scale, lens)
             row_bits = kr * (lens - 1)
-            k = np.full(m, kr[rank], dtype=np.int64)
-            g = _rice_decode(
-                memoryview(self.data)[ns * ws :],
-                k,
-                int(row_bits.sum()),
-                int(row_bits[:rank].sum()),
-                g0,
-            )
+            nbits, bit0 = int(row_bits.sum()), int(row_bits[:rank].sum())
+            rice = memoryview(self.data)[ns * ws :]
+            if m <= _SMALL_ROW:
+                g = _rice_row(rice, int(kr[rank]), m, nbits, bit0, g0)
+            else:
+                g = _rice_decode(rice, np.full(m, kr[rank], dtype=np.int64), nbits, bit0, g0)
         else:
             g = _unshuffle(self.data, ns * ws, self.n - ns, wg, g0, g0 + m)
         d = np.empty(c, dtype=np.int64)
@@ -391,19 +389,59 @@ def _rice_encode(g: np.ndarray, k: np.ndarray) -> bytes:
     return low_bytes + np.packbits(bits, bitorder="little").tobytes()
 
 
+_SMALL_ROW = 64  # rows with at most this many gaps are looked up in plain Python
+
+
+def _rice_row(data: memoryview, k: int, m: int, nbits: int, bit0: int, gap0: int) -> np.ndarray:
+    """The m gaps (all with parameter k) from gap number gap0 of a Rice stream, for one short
+    row: Python ints over a few bytes instead of a dozen numpy calls on tiny arrays (numpy's
+    per-call cost dominates a point lookup)."""
+    nlow = (nbits + 7) // 8
+    x = int.from_bytes(data[bit0 >> 3 : (bit0 + m * k + 7) >> 3], "little") >> (bit0 & 7)
+    mask = (1 << k) - 1
+    low = [(x >> (j * k)) & mask for j in range(m)]
+    # Ones number gap0-1 .. gap0+m-1 of the unary stream end the gaps before and in the row.
+    unary = np.frombuffer(data, dtype=np.uint8, offset=nlow)
+    ones_upto = np.cumsum(_popcount(unary), dtype=np.int64)  # ones in bytes [0, i]
+    first_byte = int(np.searchsorted(ones_upto, gap0, side="left")) if gap0 else 0
+    last_byte = int(np.searchsorted(ones_upto, gap0 + m, side="left"))
+    if last_byte >= len(unary):
+        raise ValueError("SEGMENTED column: Rice stream is truncated")
+    skipped = int(ones_upto[first_byte - 1]) if first_byte else 0
+    y = int.from_bytes(data[nlow + first_byte : nlow + last_byte + 1], "little")
+    pos = []
+    while y:
+        lsb = y & -y
+        pos.append(lsb.bit_length() - 1)
+        y ^= lsb
+    want = gap0 - skipped  # index in `pos` of one number gap0
+    prev = pos[want - 1] if want else -1
+    ends = pos[want : want + m]
+    if len(ends) < m:
+        raise ValueError("SEGMENTED column: Rice stream is truncated")
+    q = [b - a - 1 for a, b in zip([prev, *ends[:-1]], ends)]
+    return np.array([(qj << k) | lj for qj, lj in zip(q, low)], dtype=np.uint64)
+
+
+_POPCOUNT = np.array([bin(i).count("1") for i in range(256)], dtype=np.uint8)
+_popcount = getattr(np, "bitwise_count", _POPCOUNT.__getitem__)  # the ufunc: numpy >= 2.0
+
+
 def _rice_decode(
     data: memoryview, k: np.ndarray, nbits: int, bit0: int = 0, gap0: int = 0
 ) -> np.ndarray:
     """Gaps gap0 .. gap0+len(k)-1 of a Rice stream whose low parts take `nbits` in all; `k`
-    are those gaps' parameters and `bit0` where their low parts start."""
+    are those gaps' parameters and `bit0` where their low parts start. Reads only the bytes
+    those gaps occupy (a point lookup decodes one row of a slice)."""
     n = len(k)
     nlow = (nbits + 7) // 8
     off = np.cumsum(k) - k
-    off += bit0
+    off += bit0 & 63
     # Low parts: each spans at most two aligned 64-bit words; (x << 63 - s) << 1 is x << 64 - s
     # without the undefined shift by 64 when s == 0.
-    words = np.zeros(nlow // 8 + 2, dtype=np.uint64)
-    words.view(np.uint8)[:nlow] = np.frombuffer(data, dtype=np.uint8, count=nlow)
+    lo, hi = (bit0 >> 6) * 8, min(nlow, (bit0 + int(k.sum()) + 7) // 8)
+    words = np.zeros((hi - lo) // 8 + 2, dtype=np.uint64)
+    words.view(np.uint8)[: hi - lo] = np.frombuffer(data, dtype=np.uint8, count=hi - lo, offset=lo)
     if sys.byteorder == "big":  # pragma: no cover - storage is little-endian
         words.byteswap(inplace=True)
     w = off >> 6
@@ -411,11 +449,21 @@ def _rice_decode(
     k64 = k.astype(np.uint64)
     low = (words[w] >> sh) | ((words[w + 1] << (np.uint64(63) - sh)) << np.uint64(1))
     low &= (np.uint64(1) << k64) - np.uint64(1)
-    # High parts in unary: the positions of the ones (a bool view: nonzero is fast on bools).
-    bits = np.unpackbits(np.frombuffer(data, dtype=np.uint8, offset=nlow), bitorder="little")
+    # High parts in unary: gap j ends at the j-th one. Find the bytes holding ones gap0-1 ..
+    # gap0+n-1 by popcount, then the ones' positions there (a bool view: nonzero is fast).
+    unary = np.frombuffer(data, dtype=np.uint8, offset=nlow)
+    first_byte, skipped = 0, 0
+    if gap0:
+        ones_upto = np.cumsum(_popcount(unary), dtype=np.int64)  # ones in bytes [0, i]
+        first_byte = int(np.searchsorted(ones_upto, gap0, side="left"))  # holds one gap0-1
+        last_byte = int(np.searchsorted(ones_upto, gap0 + n, side="left"))
+        skipped = int(ones_upto[first_byte - 1]) if first_byte else 0
+        unary = unary[first_byte : last_byte + 1]
+    bits = np.unpackbits(unary, bitorder="little")
     ones = np.flatnonzero(bits.view(np.bool_))
-    if len(ones) < gap0 + n:
+    want = gap0 - skipped  # index in `ones` of one number gap0
+    if want < 0 or len(ones) < want + n:
         raise ValueError("SEGMENTED column: Rice stream is truncated")
-    prev = ones[gap0 - 1] if gap0 else -1
-    q = np.diff(ones[gap0 : gap0 + n], prepend=prev) - 1
+    prev = ones[want - 1] if want else -1
+    q = np.diff(ones[want : want + n], prepend=prev) - 1
     return (q.astype(np.uint64) << k64) | low

@@ -89,6 +89,17 @@ def test_one_row_or_range_decodes_alone(rows, shuffle_rows, data):
             assert col.take(a, b).tolist() == flat[a:b].tolist()
 
 
+def test_rice_row_lookup_when_the_first_gap_is_long():
+    """A row whose first gap needs many unary zeros (its first one is bytes into the stream)."""
+    rng = np.random.default_rng(11)
+    rows = [[0, *range(100_000, 100_049)]]
+    rows += [sorted(rng.choice(100_050, 40, replace=False).tolist()) for _ in range(300)]
+    counts = np.array([len(r) for r in rows])
+    col = IntColumn.from_array(np.concatenate(rows)).compacted(counts)
+    assert col.codec == SEGMENTED and _unpack_params(col.width)[3] > 0
+    assert [col.row(counts, r).tolist() for r in (0, 1, 299)] == [rows[0], rows[1], rows[299]]
+
+
 def test_word_count_parents_get_the_segmented_codec():
     """Combiner-like rows (ascending line ordinals, rows in first-appearance order) take the
     SEGMENTED codec and cost less than whole-column deltas."""
