@@ -373,7 +373,7 @@ def _journal_combiner(journal, cp, state, sink, in_ids, group_parent) -> None:
     b = np.frombuffer(state.bounds, dtype=np.int64)
     # Input index of each consumed record: inputs are pulled in order, so a repeat suffices.
     per_input = np.diff(np.append(b, m))
-    src = np.repeat(np.arange(len(b), dtype=np.int64), per_input)
+    src = np.repeat(np.arange(len(b), dtype=np.int32 if len(b) < 1 << 31 else np.int64), per_input)
     if len(src) < m:  # records consumed before any input was pulled (no parent)
         slots = slots[m - len(src) :]
     order = _stable_order(slots, n)
@@ -384,12 +384,9 @@ def _journal_combiner(journal, cp, state, sink, in_ids, group_parent) -> None:
         np.not_equal(s_sorted[1:], s_sorted[:-1], out=keep[1:])
         keep[1:] |= i_sorted[1:] != i_sorted[:-1]
         s_sorted, i_sorted = s_sorted[keep], i_sorted[keep]
-    journal.batch(
-        cp,
-        n,
-        parent_counts=np.bincount(s_sorted, minlength=n),
-        parent_ids=in_ids[i_sorted],
-    )
+    # Positional inputs: ids are base + index, no gather needed.
+    parents = in_ids[i_sorted] if state.ids is not None else state.base + i_sorted.astype(np.int64)
+    journal.batch(cp, n, parent_counts=np.bincount(s_sorted, minlength=n), parent_ids=parents)
 
 
 def _journal_output(journal, s: OutputSink, split: int, state, sink, in_ids, group_parent):
