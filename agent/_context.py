@@ -31,6 +31,8 @@ class LineageContext:
     - `run_id`: names this run in the repository (default: time + random suffix).
     - `on_error`: "fail" (default) records the input whose processing raised (a FAIL event)
       and fails the job as Spark would; "skip" records it, drops the record and goes on.
+    - `capture=False` runs the same pipelines without recording lineage (`lineage()` then
+      has nothing to trace).
     """
 
     def __init__(
@@ -40,6 +42,7 @@ class LineageContext:
         *,
         run_id: str | None = None,
         on_error: str = "fail",
+        capture: bool = True,
     ) -> None:
         sc = getattr(spark, "sparkContext", spark)
         if not hasattr(sc, "parallelize") or not hasattr(sc, "runJob"):
@@ -55,6 +58,7 @@ class LineageContext:
         self.repo = repo
         self.run_id = run_id or f"run-{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:6]}"
         self.on_error = on_error
+        self.capture = capture
         self.writer_spec = repo.writer_spec()
         self._lock = threading.Lock()
         self._nodes = 0

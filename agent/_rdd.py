@@ -198,7 +198,7 @@ class CapturedRDD:
         lc = self.lc
         spec = SegmentSpec(
             run_id=lc.run_id,
-            journal=lc.writer_spec if capture and replay is None else None,
+            journal=lc.writer_spec if capture and lc.capture and replay is None else None,
             input=in_spec,
             ops=tuple(ops),
             sink=sink,
@@ -511,6 +511,8 @@ class CapturedRDD:
 
     def lineage(self) -> LineageRDD:
         """The output records of this RDD's last action, as a traceable `LineageRDD`."""
+        if not self.lc.capture:
+            raise ValueError("this LineageContext runs with capture=False: nothing was recorded")
         if self.last_output is None:
             raise ValueError(
                 f"{self.name} has not been computed yet: run an action (collect, count, take, "

@@ -2,13 +2,15 @@
 
     python bench/capture.py [--size-mb 200] [--runs 5] [--workloads wordcount,grep,join]
 
-For each workload, vanilla and captured runs alternate (vanilla, captured, vanilla, ...) on one
-local[2] SparkSession; each figure is the median of --runs. Captured runs each write into a
-fresh repository and wait for its rollover before the next run starts, so background merging
-never overlaps the next timed job. Then, on the last captured run of each workload:
-lineage bytes on disk as a share of the input, seconds from the action's end to a first
-successful trace, and p50/p99 of 20 random backward traces (an output to its input lines,
-with raw data) and 20 forward traces (an input line to the outputs).
+For each workload, three variants alternate on one local[2] SparkSession (vanilla, capture
+off, captured, vanilla, ...); each figure is the median of --runs. "Capture off" is provrepo's
+engine running the same user functions without recording lineage: the captured/off ratio is
+what capture itself costs, the captured/vanilla ratio is the goal's figure. Captured runs each
+write into a fresh repository and wait for its rollover before the next run starts, so
+background merging never overlaps the next timed job. Then, on the last captured run of each
+workload: lineage bytes on disk as a share of the input, seconds from the action's end to a
+first successful trace, and p50/p99 of 20 random backward traces (an output to its input
+lines, with raw data) and 20 forward traces (an input line to the outputs).
 """
 
 from __future__ import annotations
@@ -69,12 +71,22 @@ def dir_bytes(path: str, skip: str = "") -> int:
 def run_workload(spark, name: str, inputs: list[str], runs: int, tmp: str) -> dict:
     sc = spark.sparkContext
     build = WORKLOADS[name]
-    times: dict[str, list[float]] = {"vanilla": [], "captured": []}
+    times: dict[str, list[float]] = {"vanilla": [], "captured": [], "uncaptured": []}
     last = None
     for r in range(runs):
         t = time.perf_counter()
         vanilla_out = build(lambda i: sc.textFile(inputs[i])).collect()
         times["vanilla"].append(time.perf_counter() - t)
+
+        # The same engine with capture off: what capture itself costs.
+        off = LineageContext(
+            spark, ProvenanceRepository.open(os.path.join(tmp, f"off-{r}")), capture=False
+        )
+        t = time.perf_counter()
+        build(lambda i, off=off: off.textFile(inputs[i])).collect()
+        times["uncaptured"].append(time.perf_counter() - t)
+        off.repo.close()
+        shutil.rmtree(os.path.join(tmp, f"off-{r}"), ignore_errors=True)
 
         repo_dir = os.path.join(tmp, f"repo-{name}-{r}")
         shutil.rmtree(repo_dir, ignore_errors=True)
@@ -97,13 +109,15 @@ def run_workload(spark, name: str, inputs: list[str], runs: int, tmp: str) -> di
         assert first, f"{name}: the first trace found no input"
         last = (lc, repo, repo_dir, out, t_trace)
         print(
-            f"    run {r + 1}: vanilla {times['vanilla'][-1]:.2f}s, captured "
-            f"{times['captured'][-1]:.2f}s, first trace after {t_trace:.2f}s",
+            f"    run {r + 1}: vanilla {times['vanilla'][-1]:.2f}s, capture off "
+            f"{times['uncaptured'][-1]:.2f}s, captured {times['captured'][-1]:.2f}s, "
+            f"first trace after {t_trace:.2f}s",
             flush=True,
         )
     lc, repo, repo_dir, out, t_trace = last
     result = {
         "vanilla": median(times["vanilla"]),
+        "uncaptured": median(times["uncaptured"]),
         "captured": median(times["captured"]),
         "first_trace": t_trace,
         "input_bytes": sum(os.path.getsize(p) for p in inputs),
@@ -198,11 +212,17 @@ def main() -> int:
         ratio = r["captured"] / r["vanilla"]
         report(f"{name}: vanilla PySpark", r["vanilla"], "s")
         report(
+            f"{name}: provrepo engine, capture off",
+            r["uncaptured"],
+            "s",
+            ratio=f"{r['uncaptured'] / r['vanilla']:.3f}x vanilla",
+        )
+        report(
             f"{name}: captured",
             r["captured"],
             "s",
             goal=f"goal <= {GOALS[name]:.2f}x",
-            ratio=f"{ratio:.3f}x vanilla",
+            ratio=f"{ratio:.3f}x vanilla, {r['captured'] / r['uncaptured']:.3f}x off",
         )
         report(
             f"{name}: lineage on disk (logs + tocs)",
