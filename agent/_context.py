@@ -202,13 +202,20 @@ class LineageContext:
         self.repo.rollover()
         return self.repo.culprits(run or self.run_id, with_data)
 
-    def replay(self, what: LineageRDD | CapturedRDD, exclude: LineageRDD | None = None) -> list:
+    def replay(
+        self,
+        what: LineageRDD | CapturedRDD,
+        exclude: LineageRDD | None = None,
+        local: bool | None = None,
+    ) -> list:
         """Replay, capture off, and return what the action returns (a list of records).
 
         - `lc.replay(traced)`: selective replay. `traced` is a LineageRDD traced back from an
           action's output (e.g. `out.lineage().filter(f).go_back_all()`); the pipeline is
           re-run on exactly those records, each capture point keeping only records on the
-          traced paths, so the traced outputs are reproduced exactly.
+          traced paths, so the traced outputs are reproduced exactly. A small replay runs
+          in the driver, without a Spark job (`local=None`: when the traced input is small;
+          `local=False`: always on Spark; `local=True`: in the driver or fail).
         - `lc.replay(rdd, exclude=traced)`: exclusive replay (Newt's ex-replay). `rdd`'s
           pipeline is re-run on all its input minus `traced`'s records, removed at their
           capture point (a source or any intermediate point).
@@ -223,7 +230,7 @@ class LineageContext:
             return _replay.exclusive(self, what, exclude)
         if not isinstance(what, LineageRDD):
             raise BadInput("replay(traced): traced must be a LineageRDD (see rdd.lineage())")
-        return _replay.selective(self, what)
+        return _replay.selective(self, what, local)
 
     def range_bounds(self, parent: CapturedRDD, n: int, keyfunc, replay=None) -> list:
         """sortByKey's range boundaries from a sample of keys (jobs that capture nothing)."""

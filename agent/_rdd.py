@@ -138,15 +138,18 @@ class CapturedRDD:
         start, _ = self._chain()
         return "union" if start.kind == "union" else "narrow"
 
-    def _input(self, replay: ReplayPlan | None = None) -> tuple[Any, RDD]:
+    def _input(
+        self, replay: ReplayPlan | None = None, by_partition: bool = True
+    ) -> tuple[Any, RDD]:
         """(input spec, PySpark RDD) that this segment-starting node reads; built once (a
         replay builds its own: its sources and filters differ)."""
         if replay is None and self._input_cache is not None:
             return self._input_cache
         lc, s = self.lc, self.start
         if self.kind == "source" and replay is not None and s["cp"].number in replay.sources:
-            parts = replay.sources[s["cp"].number]
-            return ReplayInput(s["cp"]), lc.sc.parallelize(parts, len(parts))
+            # Only the partitions holding traced records run, each tagged with its number.
+            parts = [(p, recs) for p, recs in enumerate(replay.sources[s["cp"].number]) if recs]
+            return ReplayInput(s["cp"]), lc.sc.parallelize(parts, max(1, len(parts)))
         if self.kind == "source" and s["type"] == "text":
             rdd = lc.sc.parallelize(range(len(s["splits"])), len(s["splits"]))
             result = (TextInput(s["cp"], s["splits"]), rdd)
@@ -156,14 +159,18 @@ class CapturedRDD:
             parts = [p._build(ForwardSink(), replay=replay) for p in self.parents]
             result = (UnionInput(), lc.sc.union(parts))
         else:
-            result = self._shuffle_input(replay)
+            result = self._shuffle_input(replay, by_partition)
         if replay is None:
             self._input_cache = result
         return result
 
-    def _shuffle_input(self, replay: ReplayPlan | None) -> tuple[ShuffleInput, RDD]:
+    def _shuffle_input(
+        self, replay: ReplayPlan | None, by_partition: bool = True
+    ) -> tuple[ShuffleInput, RDD]:
         s = self.start
-        n = self._num_partitions
+        # A selective replay recognizes shuffled records by key or parents, not by position,
+        # so its small shuffle runs as one task (unless the caller says positions matter).
+        n = self._num_partitions if replay is None or by_partition else 1
         red = s["red_cp"]
         if s["type"] == "aggregate":
             parent = self.parents[0]
@@ -194,7 +201,12 @@ class CapturedRDD:
     def _build(self, sink: Any, capture: bool = True, replay: ReplayPlan | None = None) -> RDD:
         """The PySpark RDD running this node's segment into `sink` (a replay: capture off)."""
         start, ops = self._chain()
-        in_spec, rdd_in = start._input(replay)
+        # Records named by partition position need the original partitioning: group records,
+        # and every record an exclusive replay drops (its ids are the original positions).
+        by_partition = any(op.group_cp is not None for op in ops) or (
+            replay is not None and bool(replay.spec.drop)
+        )
+        in_spec, rdd_in = start._input(replay, by_partition)
         lc = self.lc
         spec = SegmentSpec(
             run_id=lc.run_id,

@@ -24,6 +24,7 @@ import numpy as np
 from journals import unpack_record_ids
 from repository import BadInput
 
+from ._local import can_run_locally, run_local
 from ._spec import OutputSink, ReplaySpec
 
 if TYPE_CHECKING:
@@ -42,7 +43,7 @@ class ReplayPlan:
     output_cp: Any = None
 
 
-def selective(lc: LineageContext, lin: LineageRDD) -> list:
+def selective(lc: LineageContext, lin: LineageRDD, local: bool | None = None) -> list:
     """Re-run the pipeline that produced `lin`'s traced outputs on exactly `lin`'s records."""
     if lin.origin is None:
         raise BadInput(
@@ -87,6 +88,11 @@ def selective(lc: LineageContext, lin: LineageRDD) -> list:
     )
     keep[own_out] = (firsts, frozenset(int(x) for x in kept))
     plan = ReplayPlan(ReplaySpec(keep=keep), sources, out_cp)
+    sink = OutputSink(out_cp, "collect", capture_values=False)
+    if local is not False and can_run_locally(node, plan):
+        return run_local(node, sink, plan)
+    if local:
+        raise BadInput("this replay cannot run in the driver (it needs Spark's partitioning)")
     return _run(node, plan)
 
 

@@ -138,6 +138,10 @@ class Segment:
 
 
 def run_segment(spec: SegmentSpec, split: int, iterator: Iterator) -> Iterator:
+    if isinstance(spec.input, ReplayInput):
+        # A selective replay runs only the partitions holding traced records: each task's
+        # data names the original partition it replays (ids and mapPartitionsWithIndex need it).
+        split, iterator = _replayed_partition(split, iterator)
     journal = TaskJournal(spec.journal, spec.run_id, split) if spec.journal is not None else None
     inp = spec.input
     in_cp = getattr(inp, "cp", None)
@@ -170,6 +174,14 @@ def run_segment(spec: SegmentSpec, split: int, iterator: Iterator) -> Iterator:
     if journal is not None:
         _journal_lineage(journal, spec, split, state, sink, groups)
         journal.seal()
+
+
+def _replayed_partition(split: int, iterator: Iterator) -> tuple[int, Iterator]:
+    items = list(iterator)  # one (original partition, records) element, or none
+    if not items:
+        return split, iter(())
+    original, records = items[0]
+    return original, iter([records])
 
 
 def _safe_id(state: inputs.InputState) -> int:

@@ -32,7 +32,9 @@ def test_selective_replay_reproduces_traced_outputs_exactly(lc):
     level = traced
     for _ in range(3):
         level = level.go_back()
-        assert sorted(lc.replay(level)) == expected
+        # In the driver (small replays) and as a Spark job: the same records.
+        assert sorted(lc.replay(level, local=True)) == expected
+        assert sorted(lc.replay(level, local=False)) == expected
     assert sorted(lc.replay(traced.go_back_all())) == expected
 
 
@@ -41,7 +43,18 @@ def test_selective_replay_of_a_monotonic_pipeline(lc):
     evens = rdd.filter(lambda x: x % 2 == 0).map(lambda x: x * 10)
     evens.collect()
     picked = evens.lineage().filter(lambda v: v in (40, 300, 580))
-    assert sorted(lc.replay(picked.go_back_all())) == [40, 300, 580]
+    for local in (True, False):
+        assert sorted(lc.replay(picked.go_back_all(), local=local)) == [40, 300, 580]
+
+
+def test_replay_after_a_partition_lineage_map_partitions_runs_on_spark(lc):
+    rdd = lc.parallelize([(i % 4, i) for i in range(40)], 4)
+    sums = rdd.reduceByKey(operator.add, 2).mapPartitions(lambda it: [sorted(it)])
+    full = sums.collect()
+    picked = sums.lineage().filter(lambda v: bool(v))
+    assert sorted(lc.replay(picked.go_back_all())) == sorted(v for v in full if v)
+    with pytest.raises(BadInput, match="driver"):
+        lc.replay(picked.go_back_all(), local=True)
 
 
 def test_selective_replay_through_a_join(lc):
@@ -52,7 +65,8 @@ def test_selective_replay_through_a_join(lc):
     joined = left.join(right).map(lambda kv: (kv[0], kv[1][0] + kv[1][1])).reduceByKey(max)
     full = dict(joined.collect())
     traced = joined.lineage().filter(lambda kv: kv[0] == "k1")
-    assert lc.replay(traced.go_back_all()) == [("k1", full["k1"])]
+    for local in (True, False):
+        assert lc.replay(traced.go_back_all(), local=local) == [("k1", full["k1"])]
 
 
 def test_replay_needs_a_backward_trace(lc):
