@@ -18,6 +18,18 @@ from journals import SEALED_SUFFIX
 log = logging.getLogger("provrepo.repository")
 
 
+class _StopRace(logging.Filter):
+    """watchdog logs an error when stopping an observer races an inotify read already in flight
+    ("queue_events() called when the thread is inactive"); nothing is lost (the read is
+    dropped by design), so the message is noise at every close."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "called when the thread is inactive" not in record.getMessage()
+
+
+logging.getLogger("watchdog.observers.inotify").addFilter(_StopRace())
+
+
 class _Handler(FileSystemEventHandler):
     def __init__(self, callback: Callable[[], None]) -> None:
         self._callback = callback
