@@ -41,3 +41,22 @@ def percentile(xs: list[float], p: float) -> float:
 def report(name: str, value: float, unit: str, goal: str = "", ratio: str = "") -> None:
     """One aligned line of a benchmark report."""
     print(f"  {name:<44} {value:>12,.3f} {unit:<10} {ratio:<28} {goal}", flush=True)
+
+
+def local_spark(app: str):
+    """A quiet local[2] SparkSession whose Python workers run this interpreter."""
+    import os
+    import sys
+
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    from pyspark.sql import SparkSession
+
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .appName(app)
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark

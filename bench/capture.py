@@ -26,7 +26,7 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _common import median, percentile, report
+from _common import local_spark, median, percentile, report
 from _data import KEYWORD, page_views, zipf_text
 
 from agent import LineageContext, LineageRDD
@@ -171,9 +171,6 @@ def main() -> int:
     for w in names:
         if w not in WORKLOADS:
             ap.error(f"unknown workload {w!r} (have {', '.join(WORKLOADS)})")
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    from pyspark.sql import SparkSession
-
     data = args.data_dir or tempfile.mkdtemp(prefix="provrepo-bench-data-")
     os.makedirs(data, exist_ok=True)
     text = os.path.join(data, f"zipf-{args.size_mb:g}mb.txt")
@@ -185,14 +182,7 @@ def main() -> int:
     if "join" in names and not os.path.exists(views):
         print(f"generating {args.size_mb:g} MB of page views ...", flush=True)
         page_views(views, users, args.size_mb)
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .appName("provrepo-bench-capture")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
+    spark = local_spark("provrepo-bench-capture")
     tmp = tempfile.mkdtemp(prefix="provrepo-bench-")
     inputs = {"wordcount": [text], "grep": [text], "join": [views, users]}
     results = {}

@@ -25,7 +25,7 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _common import median, report
+from _common import local_spark, median, report
 from _data import zipf_text
 
 from agent import LineageContext
@@ -42,24 +42,14 @@ def main() -> int:
     ap.add_argument("--picks", type=int, default=5)
     ap.add_argument("--data-dir", default=None, help="reuse generated data here")
     args = ap.parse_args()
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    from pyspark.sql import SparkSession
-
     data = args.data_dir or tempfile.mkdtemp(prefix="provrepo-bench-data-")
     os.makedirs(data, exist_ok=True)
     text = os.path.join(data, f"zipf-{args.size_mb:g}mb.txt")
     if not os.path.exists(text):
         print(f"generating {args.size_mb:g} MB of Zipf text ...", flush=True)
         zipf_text(text, args.size_mb)
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .appName("provrepo-bench-replay")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .getOrCreate()
-    )
+    spark = local_spark("provrepo-bench-replay")
     sc = spark.sparkContext
-    sc.setLogLevel("ERROR")
     tmp = tempfile.mkdtemp(prefix="provrepo-bench-")
     rng = np.random.default_rng(5)
     try:
