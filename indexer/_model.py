@@ -7,9 +7,9 @@ from typing import NamedTuple
 import msgspec
 import tantivy
 
-from ._schema import ATTRS_FIELD
+from ._schema import SPAN_ATTR_FIELD, attr_term
 
-INDEX_VERSION = 2  # of the span schema and manifest; another version is rebuilt
+INDEX_VERSION = 3  # of the span schema and manifest; another version is rebuilt
 
 
 class Span(msgspec.Struct, frozen=True, gc=False):
@@ -62,8 +62,9 @@ class Span(msgspec.Struct, frozen=True, gc=False):
         for field, ints in (("partition", self.partitions), ("attempt", self.attempts)):
             for n in ints:
                 add_int(field, n)
-        if self.attributes:
-            doc.add_json(ATTRS_FIELD, {k: list(v) for k, v in self.attributes.items()})
+        for k, vs in self.attributes.items():
+            for v in vs:
+                add_text(SPAN_ATTR_FIELD, attr_term(k, v))
         return doc
 
 

@@ -32,8 +32,10 @@ from ._schema import (
     DEFAULT_FIELDS,
     EVENT_SCHEMA,
     INT_FIELDS,
+    SPAN_ATTR_FIELD,
     SPAN_SCHEMA,
     TEXT_FIELDS,
+    attr_term,
 )
 
 Query = tantivy.Query
@@ -363,7 +365,9 @@ def _relax(node: Mapping[str, Any], attrs: frozenset[str]) -> Query:
             v = int(phrase)
             return overlap(name, v, v)
         attr = name[len(ATTRS_FIELD) + 1 :]
-        return _term(name, phrase) if attr in attrs else Query.all_query()
+        return (
+            _term(SPAN_ATTR_FIELD, attr_term(attr, phrase)) if attr in attrs else Query.all_query()
+        )
     if kind == "range":
         name = node["field"]
         if name not in INT_FIELDS and name not in BOUND_FIELDS:
@@ -387,7 +391,8 @@ def _relax(node: Mapping[str, Any], attrs: frozenset[str]) -> Query:
             return _any([overlap(name, int(x), int(x)) for x in elements])
         attr = name[len(ATTRS_FIELD) + 1 :]
         if attr in attrs:
-            return Query.term_set_query(SPAN_SCHEMA, name, list(elements))
+            terms = [attr_term(attr, x) for x in elements]
+            return Query.term_set_query(SPAN_SCHEMA, SPAN_ATTR_FIELD, terms)
         return Query.all_query()
     if kind == "bool":
         must, should = [], []
@@ -491,7 +496,7 @@ class Predicates:
                 parts.append(Query.term_set_query(SPAN_SCHEMA, field, sorted(values)))
         for k, v in self.attributes.items():
             if k in attrs:
-                parts.append(_term(f"{ATTRS_FIELD}.{k}", v))
+                parts.append(_term(SPAN_ATTR_FIELD, attr_term(k, v)))
         if self.query is not None:
             parts.append(self.query.span_query(attrs))
         if parts:  # spans whose values were not read may hold anything

@@ -20,7 +20,11 @@ BOUND_FIELDS: dict[str, tuple[str, str]] = {
     "time": ("min_time", "max_time"),  # event time, ns since the epoch
     "id": ("first_id", "last_id"),  # event id
 }
-ATTRS_FIELD = "attrs"  # JSON object: indexed attribute name -> value(s)
+ATTRS_FIELD = "attrs"  # in queries: attrs.<name>, an indexed attribute
+# Span documents keep attribute values as raw "name=value" terms in one multi-valued text
+# field, not in a JSON field: term queries on JSON paths need tantivy >= 0.27, which has no
+# wheel for Python 3.10.
+SPAN_ATTR_FIELD = "attr"
 DEFAULT_FIELDS: list[str] = list(TEXT_FIELDS)  # what a bare word is matched against
 
 # Span-only fields (fast: read back per hit without stored documents).
@@ -44,8 +48,13 @@ def span_schema() -> tantivy.Schema:
         sb.add_text_field(name, tokenizer_name="raw", index_option="basic")
     for name in INT_FIELDS:
         sb.add_integer_field(name, indexed=True)
-    sb.add_json_field(ATTRS_FIELD, tokenizer_name="raw", index_option="basic")
+    sb.add_text_field(SPAN_ATTR_FIELD, tokenizer_name="raw", index_option="basic")
     return sb.build()
+
+
+def attr_term(name: str, value: str) -> str:
+    """The span-document term of one attribute value."""
+    return f"{name}={value}"
 
 
 def event_schema() -> tantivy.Schema:
