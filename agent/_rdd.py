@@ -32,7 +32,7 @@ from ._spec import (
     TextInput,
     UnionInput,
 )
-from ._worker import Segment
+from ._worker import Segment, TakeOutput
 
 if TYPE_CHECKING:
     from ._context import LineageContext
@@ -492,9 +492,26 @@ class CapturedRDD:
                 left = num - len(items)
                 rdd = self._build(OutputSink(cp, "take", limit=left))
                 parts = list(range(parts_scanned, min(parts_scanned + num_parts, total)))
-                items.extend(self.lc.sc.runJob(rdd, _as_list_of_partition, parts))
+                got = self.lc.sc.runJob(rdd, _as_list_of_partition, parts)
+                self._keep_taken(cp, num, items, got)
                 parts_scanned += num_parts
-        return items[:num]
+        return items
+
+    def _keep_taken(self, cp, num: int, items: list, got: list) -> None:
+        """Add a take round's records to `items`, up to `num`. Each partition's records end
+        with its TakeOutput (when capturing): the lineage journaled for the partition is
+        exactly its records that take returns, not every record it gave."""
+        start = 0
+        for i, x in enumerate(got):
+            if isinstance(x, TakeOutput):
+                k = max(0, min(i - start, num - len(items)))
+                items.extend(got[start : start + k])
+                batch = x.batch(cp, self.lc.run_id, k)
+                if batch is not None:
+                    self.lc.repo.register_events(batch)
+                start = i + 1
+        if start < len(got):  # not capturing: no markers
+            items.extend(got[start : start + max(0, num - len(items))])
 
     def first(self) -> Any:
         rs = self.take(1)

@@ -9,6 +9,7 @@ pyspark at module import time.
 from __future__ import annotations
 
 import os
+import pickle
 import time
 import traceback
 from array import array
@@ -58,6 +59,59 @@ def task_attempt_id() -> int:
     return int(tc.taskAttemptId()) if tc is not None else 0
 
 
+def cp_batch(
+    cp: CapturePoint, run_id: str, partition: int, attempt: int, n: int, **columns
+) -> LineageBatch:
+    """The batch of records 0..n-1 of (cp, partition)."""
+    base = record_id_base(cp.number, partition)
+    return LineageBatch.build(
+        event_time_ns=time.time_ns(),
+        event_type=EventType(cp.event_type),
+        run_id=run_id,
+        component_id=cp.component_id,
+        component_type=cp.component_type,
+        partition=partition,
+        attempt=attempt,
+        record_ids=range(base, base + n),
+        **columns,
+    )
+
+
+class TakeOutput:
+    """The last element a `take` task returns instead of journaling its output batch: the
+    driver keeps only the records take returns (a partition may give more than are kept),
+    and journals exactly those."""
+
+    __slots__ = ("attempt", "parent_counts", "parent_ids", "partition", "values")
+
+    def __init__(self, partition, attempt, parent_counts, parent_ids, values) -> None:
+        self.partition = partition
+        self.attempt = attempt
+        self.parent_counts = parent_counts
+        self.parent_ids = parent_ids
+        self.values = values
+
+    def __getstate__(self):
+        return tuple(getattr(self, k) for k in self.__slots__)
+
+    def __setstate__(self, state) -> None:
+        for k, v in zip(self.__slots__, state):
+            setattr(self, k, v)
+
+    def batch(self, cp: CapturePoint, run_id: str, keep: int) -> LineageBatch | None:
+        """The batch of this partition's first `keep` outputs (None if keep is 0)."""
+        if keep <= 0:
+            return None
+        counts = np.asarray(self.parent_counts, dtype=np.int64)[:keep]
+        columns: dict = {
+            "parent_counts": counts,
+            "parent_ids": np.asarray(self.parent_ids, dtype=np.int64)[: int(counts.sum())],
+        }
+        if self.values is not None:
+            columns["values"] = self.values[:keep]
+        return cp_batch(cp, run_id, self.partition, self.attempt, keep, **columns)
+
+
 class TaskJournal:
     """The lineage batches and FAIL events of one task attempt; one journal, sealed at the end."""
 
@@ -70,24 +124,25 @@ class TaskJournal:
         self.fails: list[ProvenanceEvent] = []
 
     def batch(self, cp: CapturePoint, n: int, **columns) -> None:
-        if n <= 0:
-            return
-        base = record_id_base(cp.number, self.partition)
-        self.batches.append(
-            LineageBatch.build(
-                event_time_ns=time.time_ns(),
-                event_type=EventType(cp.event_type),
-                run_id=self.run_id,
-                component_id=cp.component_id,
-                component_type=cp.component_type,
-                partition=self.partition,
-                attempt=self.attempt,
-                record_ids=range(base, base + n),
-                **columns,
+        if n > 0:
+            self.batches.append(
+                cp_batch(cp, self.run_id, self.partition, self.attempt, n, **columns)
             )
-        )
 
-    def fail_event(self, cp_component: str, record_id: int, error: BaseException) -> None:
+    def fail_event(
+        self,
+        cp_component: str,
+        record_id: int,
+        error: BaseException,
+        record: tuple[Location | None, str | None] = (None, None),
+    ) -> None:
+        """Record that processing `record_id` raised. `record` is where its raw bytes are, or
+        its value's repr: the event alone must show the culprit, since a failing attempt's
+        lineage batches are dropped (only one attempt's lineage may ever be merged)."""
+        location, value = record
+        attributes = {"exception": type(error).__name__, "message": str(error)[:2000]}
+        if value is not None:
+            attributes["value"] = value
         self.fails.append(
             ProvenanceEvent(
                 event_time_ns=time.time_ns(),
@@ -99,10 +154,8 @@ class TaskJournal:
                 attempt=self.attempt,
                 record_id=record_id,
                 parent_ids=[record_id] if record_id >= 0 else [],
-                attributes={
-                    "exception": type(error).__name__,
-                    "message": str(error)[:2000],
-                },
+                attributes=attributes,
+                location=location,
                 details="".join(traceback.format_exception_only(type(error), error))[-4000:],
             )
         )
@@ -159,21 +212,23 @@ def run_segment(spec: SegmentSpec, split: int, iterator: Iterator) -> Iterator:
     if groups:  # after a partition-lineage mapPartitions every record derives from its group
         ids.const = record_id_base(groups[-1][0].number, split)
     if spec.on_error == "skip":
-        records = _skipping(records, journal, in_cp, state)
+        records = _skipping(records, journal, inp, state, split)
     try:
         yield from sink.run(records)
         if not state.exhausted:  # a StopIteration escaped a user function and ended a map early
             raise RuntimeError(STOP_ITERATION_MESSAGE)
     except Exception as e:
         if journal is not None:
-            journal.fail_event(in_cp.component_id if in_cp else "union", _safe_id(state), e)
+            _record_failure(journal, inp, state, split, e)
             journal.seal_failures_only()
         raise
     # Only a partition that completed journals its lineage (a killed or failed attempt leaves
     # nothing, so only one attempt's lineage can ever be merged).
     if journal is not None:
-        _journal_lineage(journal, spec, split, state, sink, groups)
+        tail = _journal_lineage(journal, spec, split, state, sink, groups)
         journal.seal()
+        if tail is not None:
+            yield tail
 
 
 def _replayed_partition(split: int, iterator: Iterator) -> tuple[int, Iterator]:
@@ -191,7 +246,46 @@ def _safe_id(state: inputs.InputState) -> int:
         return -1
 
 
-def _skipping(records: Iterator, journal: TaskJournal | None, cp, state) -> Iterator:
+_VALUE_REPR_MAX = 2000
+
+
+def _record_failure(
+    journal: TaskJournal, inp, state: inputs.InputState, split: int, error: BaseException
+) -> None:
+    cp = getattr(inp, "cp", None)
+    journal.fail_event(
+        cp.component_id if cp else "union",
+        _safe_id(state),
+        error,
+        _failing_record(inp, state, split),
+    )
+
+
+def _failing_record(
+    inp, state: inputs.InputState, split: int
+) -> tuple[Location | None, str | None]:
+    """Where the record being processed lies (text: its line's bytes), or its value's repr
+    (captured values: parallelize, aggregations); (None, None) when neither is known."""
+    i = len(state.bounds) - 1
+    if i < 0:
+        return None, None
+    try:
+        if isinstance(inp, TextInput) and state.chunk is not None:
+            first, offs = state.chunk
+            j = i - first
+            if 0 <= j < len(offs) - 1:
+                uri = "file://" + os.path.abspath(inp.splits[split][0])
+                return Location(uri, int(offs[j]), int(offs[j + 1] - offs[j])), None
+        if state.values is not None and i < len(state.values):
+            return None, repr(pickle.loads(state.values[i]))[:_VALUE_REPR_MAX]
+    except Exception:  # naming the culprit must never hide the user's own error
+        pass
+    return None, None
+
+
+def _skipping(
+    records: Iterator, journal: TaskJournal | None, inp, state: inputs.InputState, split: int
+) -> Iterator:
     """on_error="skip": a record whose processing raised is recorded (FAIL) and dropped."""
     nxt = records.__next__
     while True:
@@ -201,7 +295,7 @@ def _skipping(records: Iterator, journal: TaskJournal | None, cp, state) -> Iter
             return
         except Exception as e:
             if journal is not None:
-                journal.fail_event(cp.component_id if cp else "union", _safe_id(state), e)
+                _record_failure(journal, inp, state, split, e)
             continue
         yield x
 
@@ -311,7 +405,10 @@ def _reaching(records: Iterator, reached: array, n_pulled: Callable[[], int]) ->
 # -- turning arrays into lineage batches ------------------------------------------------------
 
 
-def _journal_lineage(journal: TaskJournal, spec: SegmentSpec, split: int, state, sink, groups):
+def _journal_lineage(
+    journal: TaskJournal, spec: SegmentSpec, split: int, state, sink, groups
+) -> TakeOutput | None:
+    """Journal the partition's batches; a take's output batch is returned instead."""
     inp = spec.input
     n_in = len(state.bounds)
     in_ids = state.input_ids()
@@ -344,7 +441,8 @@ def _journal_lineage(journal: TaskJournal, spec: SegmentSpec, split: int, state,
     if isinstance(s, CombineSink):
         _journal_combiner(journal, s.cp, state, sink, in_ids, group_parent)
     elif isinstance(s, OutputSink):
-        _journal_output(journal, s, split, state, sink, in_ids, group_parent)
+        return _journal_output(journal, s, split, state, sink, in_ids, group_parent)
+    return None
 
 
 def _merge_csr(merge: tuple) -> tuple[int, np.ndarray, np.ndarray]:
@@ -401,7 +499,9 @@ def _journal_combiner(journal, cp, state, sink, in_ids, group_parent) -> None:
     journal.batch(cp, n, parent_counts=np.bincount(s_sorted, minlength=n), parent_ids=parents)
 
 
-def _journal_output(journal, s: OutputSink, split: int, state, sink, in_ids, group_parent):
+def _journal_output(
+    journal, s: OutputSink, split: int, state, sink, in_ids, group_parent
+) -> TakeOutput | None:
     m = sink.n_records
     if group_parent is not None:
         counts, parents = np.ones(m, dtype=np.int64), np.full(m, group_parent)
@@ -418,4 +518,7 @@ def _journal_output(journal, s: OutputSink, split: int, state, sink, in_ids, gro
         columns["location"] = Location(uri, 0, int(lens.sum()))
     elif sink.values is not None:
         columns["values"] = sink.values
+    if s.action == "take":
+        return TakeOutput(split, journal.attempt, counts, parents, columns.get("values"))
     journal.batch(s.cp, m, **columns)
+    return None

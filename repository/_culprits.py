@@ -4,6 +4,11 @@ The capture agent records a FAIL event when a user function raises inside a capt
 (BigDebug's crash culprit): the record id of the segment input that was being processed, the
 capture point it sits at, and the exception. A task retried by Spark records its failure once
 per attempt; culprits are reported once per (record, exception).
+
+Raw data comes from the run's lineage when a completed attempt journaled the record (the
+skip policy, or a retry that succeeded); otherwise from the FAIL event itself, which names
+the failing line's bytes (text inputs) or carries its value's repr (captured values), since a
+failing attempt's lineage is never merged.
 """
 
 from __future__ import annotations
@@ -13,7 +18,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from journals import EventType, unpack_record_ids
+from journals import EventType, ProvenanceEvent, unpack_record_ids
+
+from ._lineage import read_ranges
 
 if TYPE_CHECKING:
     from ._repository import ProvenanceRepository
@@ -63,6 +70,7 @@ def find_culprits(
         newest_first=False,
     )
     found: dict[tuple, Culprit] = {}
+    first_event: dict[tuple, ProvenanceEvent] = {}
     for ev in events:
         exc = ev.attributes.get("exception", "")
         msg = ev.attributes.get("message", "")
@@ -80,6 +88,7 @@ def find_culprits(
                 msg,
                 first_seen_ns=ev.event_time_ns,
             )
+            first_event[key] = ev
         c.event_ids.append(ev.event_id)
         c.attempts.append(ev.attempt)
     culprits = list(found.values())
@@ -92,4 +101,16 @@ def find_culprits(
             data = repo.lineage.record_data(run_id, np.array([c.record_id for c in cs]))
             for c, d in zip(cs, data):
                 c.data = d
+        for key, c in found.items():
+            if c.data is None:
+                c.data = _data_in_event(first_event[key])
     return culprits
+
+
+def _data_in_event(ev: ProvenanceEvent) -> Any:
+    """The culprit's raw data as its FAIL event names it: the line re-read by offset, or the
+    repr of its value; None when the event carries neither."""
+    loc = ev.location
+    if loc is not None and loc.length >= 0:
+        return read_ranges(loc.uri, [(loc.offset, loc.length)])[0]
+    return ev.attributes.get("value")

@@ -49,12 +49,19 @@ class Ref:
     def values(self):
         return self.map(lambda kv: kv[1])
 
-    def mapPartitions(self, f, lineage="partition"):
+    def keys(self):
+        return self.map(lambda kv: kv[0])
+
+    def mapPartitionsWithIndex(self, f, lineage="partition"):
+        return self.mapPartitions(f, lineage, with_index=True)
+
+    def mapPartitions(self, f, lineage="partition", with_index=False):
         out = []
-        for p in self.parts:
+        for i, p in enumerate(self.parts):
+            f_i = (lambda it, f=f, i=i: f(i, it)) if with_index else f
             if lineage == "partition":
                 lin = frozenset().union(*(lin for _, lin in p))
-                out.append([(x, lin) for x in f(iter([v for v, _ in p]))])
+                out.append([(x, lin) for x in f_i(iter([v for v, _ in p]))])
             else:  # a streaming function: each output from the input last pulled
                 cur = [frozenset()]
 
@@ -63,7 +70,7 @@ class Ref:
                         cur[0] = lin
                         yield v
 
-                out.append([(x, cur[0]) for x in f(feed())])
+                out.append([(x, cur[0]) for x in f_i(feed())])
         return Ref(out)
 
     # shuffles

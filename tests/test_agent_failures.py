@@ -72,3 +72,32 @@ def test_a_failing_job_records_the_culprit_and_fails(lc):
     assert "x3" in fails[0].attributes["message"]
     _, part, pos = unpack_record_ids(np.array([fails[0].record_id]))
     assert (int(part[0]), int(pos[0])) == (1, 0)  # "x3" is the first element of partition 1
+
+
+def test_fail_policy_culprits_carry_their_raw_data(lc, tmp_path):
+    """A job that fails (every attempt) journals no lineage, yet its culprits show the raw
+    input: the failing text line re-read by offset, or a parallelized element's value."""
+    path = tmp_path / "in.txt"
+    lines = [f"{i},ok" for i in range(40)]
+    lines[23] = "23,\u00e9bad"
+    path.write_text("\n".join(lines) + "\n")
+
+    def parse(line: str) -> int:
+        n, flag = line.split(",")
+        if flag != "ok":
+            raise ValueError(f"bad flag in line {n}")
+        return int(n)
+
+    with pytest.raises(Exception, match="bad flag"):
+        lc.textFile(str(path), 3).map(parse).collect()
+    with pytest.raises(Exception, match="invalid literal"):
+        lc.parallelize(["1", "2", "x3", "4"], 2).map(int).collect()
+    culprits = lc.culprits()
+    assert {c.exception for c in culprits} == {"ValueError"}
+    assert sorted(map(str, (c.data for c in culprits))) == ["'x3'", "23,\u00e9bad"]
+    text = next(c for c in culprits if c.component_id.startswith("textFile"))
+    ev = lc.repo.get_event(text.event_ids[0])
+    raw = path.read_bytes()
+    assert raw[ev.location.offset : ev.location.offset + ev.location.length] == (
+        "23,\u00e9bad\n".encode()
+    )

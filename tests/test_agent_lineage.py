@@ -185,10 +185,13 @@ OPS: dict[str, Callable] = {
     "flatMapValues": lambda r: _pairs(r).flatMapValues(lambda v: range(v % 3)),
     "keyBy": lambda r: r.keyBy(lambda x: x[2] % 4),
     "values": lambda r: _pairs(r).values(),
+    "keys": lambda r: _pairs(r).keys(),
+    "union": lambda r: r.filter(lambda x: x[2] % 3 == 0).union(r.map(lambda x: x[2])),
     "mapPartitions-record": lambda r: r.mapPartitions(
         lambda it: (x[2] + 1 for x in it if x[2] % 2), lineage="record"
     ),
     "mapPartitions-partition": lambda r: r.mapPartitions(lambda it: [sum(x[2] for x in it)]),
+    "mapPartitionsWithIndex": lambda r: r.mapPartitionsWithIndex(_with_index, lineage="record"),
     "reduceByKey": lambda r: _pairs(r).reduceByKey(operator.add, 2),
     "groupByKey": lambda r: _pairs(r).groupByKey(2),
     "combineByKey": lambda r: _pairs(r).combineByKey(
@@ -205,10 +208,18 @@ OPS: dict[str, Callable] = {
 }
 
 
+# A lambda, so cloudpickle ships it by value (workers cannot import test modules).
+_with_index = lambda i, it: ((i, x[2]) for x in it if (x[2] + i) % 3)  # noqa: E731
+
+
 @pytest.mark.parametrize("op", list(OPS))
 def test_single_operation(src, lc, op):
     cap, van, ref = src.table(PAIRS)
     f = OPS[op]
+    if op == "mapPartitionsWithIndex":
+        van_out = van.mapPartitionsWithIndex(_with_index)
+        check_lineage(lc, f(cap), van_out, ref.mapPartitionsWithIndex(_with_index, "record"))
+        return
     if op in ("mapPartitions-record", "mapPartitions-partition"):
         lineage = "record" if op.endswith("record") else "partition"
         body = (
@@ -257,6 +268,32 @@ def test_take_and_first_trace_to_their_inputs(src, lc):
     assert back == {0, 1, 2}  # lines 0, 1, 2 hold 1, 2 and 3 words
     assert words.first() == "alpha"
     assert [line_id(x) for x in words.lineage().go_back_all().collect()] == [0]
+
+
+def test_take_over_many_partitions_records_only_what_it_returns(src, lc):
+    """A take round that scans several partitions gets more records than it keeps: only the
+    kept ones are outputs in the lineage, and inputs scanned but not returned lead nowhere."""
+    rows = [(i, f"k{i}", i) for i in range(40)]
+    cap, van, _ref = src.table(rows, 8)  # 5 rows a partition
+    late = cap.filter(lambda x: x[0] >= 5)  # partition 0 gives nothing, so round two scans
+    got = late.take(6)  # partitions 1-4, 5 records each: 20 given, 6 kept
+    assert got == van.filter(lambda x: x[0] >= 5).take(6)
+    lin = late.lineage()
+    assert lin.count() == 6
+    assert sorted(lin.collect()) == sorted(got)
+    assert sorted(r[0] for r in lin.go_back_all().collect()) == [r[0] for r in got]
+    run, repo = lc.run_id, lc.repo
+    (source,) = [
+        c.number
+        for c in repo.lineage.run_info(run).capture_points.values()
+        if c.dependency == "source"
+    ]
+    inputs = LineageRDD(repo, run, repo.lineage.all_records(run, source))
+    by_row = dict(zip((r[0] for r in inputs.collect()), inputs.record_ids.tolist()))
+    kept_fwd = LineageRDD(repo, run, np.array([by_row[got[0][0]]])).go_next_all()
+    assert kept_fwd.collect() == [got[0]]
+    scanned_only = LineageRDD(repo, run, np.array([by_row[20]])).go_next_all()
+    assert not set(scanned_only.capture_points()) & set(lin.capture_points())
 
 
 def test_count_records_its_outputs(src, lc):
