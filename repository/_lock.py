@@ -9,6 +9,8 @@ import time
 
 from ._errors import RepositoryLocked
 
+_PROBE_GRACE = 0.25  # seconds an owner waits out a reader's probe
+
 
 class OwnerLock:
     """Exclusive, non-blocking flock on `<repo>/owner.lock`, holding the owner's pid and host.
@@ -23,12 +25,20 @@ class OwnerLock:
 
     def acquire(self) -> None:
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            owner = self.describe_owner() or "unknown owner"
-            os.close(fd)
-            raise RepositoryLocked(os.path.dirname(self.path), owner) from None
+        # A read-only command probing for an owner holds a shared lock for microseconds
+        # (is_held_by_other): retry briefly rather than mistake it for an owner.
+        deadline = time.monotonic() + _PROBE_GRACE
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() < deadline:
+                    time.sleep(0.005)
+                    continue
+                owner = self.describe_owner() or "unknown owner"
+                os.close(fd)
+                raise RepositoryLocked(os.path.dirname(self.path), owner) from None
         os.ftruncate(fd, 0)
         since = time.strftime("%Y-%m-%dT%H:%M:%S")
         info = f"pid {os.getpid()} on {socket.gethostname()} since {since}\n"
