@@ -45,3 +45,18 @@ def test_four_writers_while_rolling_over(tmp_path):
         for e in events[:: EVENTS // 7]:  # and the attributes agree with the record id
             assert e.attributes == {"w": str(e.partition), "seq": str(e.record_id % STRIDE)}
         assert repo.stats()["journals_pending"] == 0
+
+
+def test_journals_sealed_by_another_process_are_merged_promptly(tmp_path):
+    """The watchdog, not the timer (an hour) nor a call, merges what another process seals."""
+    config = RepositoryConfig(sync="none", rollover_interval=3600, rollover_debounce=0.05)
+    with ProvenanceRepository.open(str(tmp_path / "repo"), config) as repo:
+        spec = json.dumps({"containers": repo.containers, "sync": "none"})
+        p = child("_load_child.py", spec, "0", "3000", "1000", "500")
+        _, err = p.communicate(timeout=60)
+        assert p.returncode == 0, err
+        deadline = time.monotonic() + 10
+        while repo.max_event_id < 3000 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert repo.max_event_id == 3000
+        assert repo.stats()["journals_pending"] == 0
