@@ -112,6 +112,16 @@ def exclusive(lc: LineageContext, node: CapturedRDD, exclude: LineageRDD) -> lis
                     f"exclusive replay removes records at one stage; capture points {a} and {b} "
                     "lie on one path (trace to a single capture point first)"
                 )
+    for n in numbers:
+        cp = info.capture_points.get(n)
+        if cp is not None and cp.component_type == "mapPartitions":
+            # Its one record per partition stands for everything f made of the partition:
+            # removing it has no record-level meaning, so refuse rather than replay unchanged.
+            raise BadInput(
+                f"exclusive replay cannot remove records at {cp.component_id} (capture point "
+                f"{n}): a mapPartitions capture point with partition lineage has one record per "
+                "partition; exclude at its inputs (go_back()) or outputs instead"
+            )
     drop = {n: frozenset(ids[cps == n].tolist()) for n in numbers}
     plan = ReplayPlan(ReplaySpec(drop=drop), {}, node.last_output)
     return _run(node, plan)

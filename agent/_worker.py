@@ -208,11 +208,22 @@ def run_segment(spec: SegmentSpec, split: int, iterator: Iterator) -> Iterator:
     ids = sinks.IdSource(state)
     sink = _make_sink(spec, split, ids)
     records = _make_input(inp, state, split, iterator, sink.count, journal is not None, rp)
-    records = _apply_ops(records, spec.ops, split, state, groups)
+    # Skipping resumes the chain after a record raised. A mapPartitions function is a user
+    # generator that an exception ends for good, so in its segment nothing is skipped: the
+    # failure is recorded and the task fails, as under "fail".
+    skip = spec.on_error == "skip" and not any(op.name == "mapPartitions" for op in spec.ops)
+    on_fail = None
+    if skip:
+        on_fail = (
+            (lambda e: _record_failure(journal, inp, state, split, e))
+            if journal is not None
+            else _ignore
+        )
+    records = _apply_ops(records, spec.ops, split, state, groups, on_fail)
     if groups:  # after a partition-lineage mapPartitions every record derives from its group
         ids.const = record_id_base(groups[-1][0].number, split)
-    if spec.on_error == "skip":
-        records = _skipping(records, journal, inp, state, split)
+    if skip:
+        records = _skipping(records, on_fail)
     try:
         yield from sink.run(records)
         if not state.exhausted:  # a StopIteration escaped a user function and ended a map early
@@ -283,10 +294,10 @@ def _failing_record(
     return None, None
 
 
-def _skipping(
-    records: Iterator, journal: TaskJournal | None, inp, state: inputs.InputState, split: int
-) -> Iterator:
-    """on_error="skip": a record whose processing raised is recorded (FAIL) and dropped."""
+def _skipping(records: Iterator, on_fail: Callable[[BaseException], None]) -> Iterator:
+    """on_error="skip": a record whose processing raised is recorded (FAIL) and dropped. The
+    C iterators `map` and `filter` survive an exception in their function, so pulling again
+    goes on with the next record; flat-mapping is guarded per record (`_guarded`)."""
     nxt = records.__next__
     while True:
         try:
@@ -294,10 +305,28 @@ def _skipping(
         except StopIteration:
             return
         except Exception as e:
-            if journal is not None:
-                _record_failure(journal, inp, state, split, e)
+            on_fail(e)
             continue
         yield x
+
+
+def _guarded(f: Callable, on_fail: Callable[[BaseException], None]) -> Callable:
+    """A flat-mapping function whose failure drops just its record: itertools.chain gives up
+    for good when its source raises, so the error must not reach it. The output is
+    materialized so an error raised while iterating it (a generator) is caught here too."""
+
+    def guarded(x):
+        try:
+            return tuple(f(x))
+        except Exception as e:
+            on_fail(e)
+            return ()
+
+    return guarded
+
+
+def _ignore(_error: BaseException) -> None:
+    return None
 
 
 def _make_input(
@@ -358,8 +387,14 @@ def _make_sink(spec: SegmentSpec, split: int, ids: sinks.IdSource):
 
 
 def _apply_ops(
-    records: Iterator, ops: tuple[NarrowOp, ...], split: int, state, groups: list
+    records: Iterator,
+    ops: tuple[NarrowOp, ...],
+    split: int,
+    state,
+    groups: list,
+    on_fail: Callable[[BaseException], None] | None = None,
 ) -> Iterator:
+    """Chain the narrow operations lazily; `on_fail` (skip policy) guards flat-mapping."""
     for op in ops:
         f = op.func
         name = op.name
@@ -367,14 +402,14 @@ def _apply_ops(
             records = map(f, records)
         elif name == "filter":
             records = filter(f, records)
-        elif name == "flatMap":
+        elif name in ("flatMap", "flatMapValues"):
+            if name == "flatMapValues":
+                f = lambda kv, f=f: ((kv[0], x) for x in f(kv[1]))  # noqa: E731
+            if on_fail is not None:
+                f = _guarded(f, on_fail)
             records = chain.from_iterable(map(f, records))
         elif name == "mapValues":
             records = map(lambda kv, f=f: (kv[0], f(kv[1])), records)
-        elif name == "flatMapValues":
-            records = chain.from_iterable(
-                map(lambda kv, f=f: ((kv[0], x) for x in f(kv[1])), records)
-            )
         elif name == "keyBy":
             records = map(lambda x, f=f: (f(x), x), records)
         elif name == "values":

@@ -137,6 +137,22 @@ def test_exclusive_replay_refuses_records_on_one_path(lc):
         lc.replay(counts, exclude=mixed)
 
 
+def test_exclusive_replay_refuses_a_partition_lineage_point(lc):
+    sums = lc.parallelize(list(range(12)), 3).mapPartitions(lambda it: [sum(it)]).map(str)
+    sums.collect()
+    groups = sums.lineage().go_back()
+    assert {
+        c.component_type
+        for c in lc.repo.lineage.run_info(lc.run_id).capture_points.values()
+        if c.number in set(groups.capture_points())
+    } == {"mapPartitions"}
+    with pytest.raises(BadInput, match="mapPartitions"):
+        lc.replay(sums, exclude=groups)
+    # At its inputs it works: the partition without its first element.
+    first = groups.go_back().filter(lambda x: x == 0)
+    assert sorted(lc.replay(sums, exclude=first)) == ["22", "38", "6"]
+
+
 def test_crash_culprits_skip_policy(spark, lc):
     skipping = LineageContext(spark, lc.repo, on_error="skip")
     rows = ["1", "2", "x3", "4", "five", "6"]
@@ -146,3 +162,39 @@ def test_crash_culprits_skip_policy(spark, lc):
     assert sorted(c.data for c in culprits) == ["five", "x3"]
     assert {c.exception for c in culprits} == {"ValueError"}
     assert all("invalid literal" in c.message for c in culprits)
+
+
+def test_skip_policy_goes_on_after_a_flat_mapping_function_raised(spark, lc):
+    # itertools.chain gives up when its source raises: each record must be guarded.
+    skipping = LineageContext(spark, lc.repo, on_error="skip")
+    pairs = skipping.parallelize([(k, f"{k},{k + 1}" if k % 4 else "bad") for k in range(12)], 2)
+
+    def lazy(text: str):
+        for x in text.split(","):
+            yield int(x)  # raises on "bad" while being iterated
+
+    def eager(text: str):
+        return [int(x) for x in text.split(",")]  # raises when called
+
+    expected = sorted((k, x) for k in range(12) if k % 4 for x in (k, k + 1))
+    for parts in (lazy, eager):
+        assert sorted(pairs.flatMapValues(parts).collect()) == expected, parts
+        flat = pairs.flatMap(lambda kv, f=parts: f(kv[1])).collect()
+        assert sorted(flat) == sorted(x for _, x in expected), parts
+    culprits = skipping.culprits()
+    assert sorted({c.data for c in culprits}) == [(0, "bad"), (4, "bad"), (8, "bad")]
+
+
+def test_skip_policy_cannot_skip_inside_map_partitions(spark, lc):
+    """A mapPartitions generator is ended by an exception: the task fails, the culprit is
+    recorded, and the error is the user's, not a misleading StopIteration."""
+    skipping = LineageContext(spark, lc.repo, on_error="skip")
+
+    def parse(it):
+        for x in it:
+            yield int(x)
+
+    with pytest.raises(Exception, match="invalid literal") as err:
+        skipping.parallelize(["1", "x", "3"], 1).mapPartitions(parse).collect()
+    assert "StopIteration" not in str(err.value)
+    assert [c.data for c in skipping.culprits()] == ["'x'"]
