@@ -63,12 +63,20 @@ def find_culprits(
 ) -> list[Culprit]:
     """Culprits of one run (default: every run), oldest first."""
     repo.wait_for_index(timeout=30)
-    events = repo.search(
-        event_types=[EventType.FAIL.value],
-        runs=[run] if run is not None else None,
-        limit=1_000_000,
-        newest_first=False,
-    )
+    # The index may lag (a read-only open beside a busy owner does not wait for it): search
+    # what is indexed, and read the rest of the log, so no culprit is missed or repeated.
+    indexed = repo._indexed_next_id()
+    events = [
+        ev
+        for ev in repo.search(
+            event_types=[EventType.FAIL.value],
+            runs=[run] if run is not None else None,
+            limit=1_000_000,
+            newest_first=False,
+        )
+        if ev.event_id < indexed
+    ]
+    events.extend(_fails_from(repo, indexed, run))
     found: dict[tuple, Culprit] = {}
     first_event: dict[tuple, ProvenanceEvent] = {}
     for ev in events:
@@ -105,6 +113,22 @@ def find_culprits(
             if c.data is None:
                 c.data = _data_in_event(first_event[key])
     return culprits
+
+
+def _fails_from(repo: ProvenanceRepository, first_id: int, run: str | None) -> list:
+    """FAIL events of `run` (any run if None) with ids from `first_id`, read from the log."""
+    out = []
+    pos = first_id
+    while True:
+        page = repo.get_events(pos, 10_000)
+        if not page:
+            return out
+        out.extend(
+            ev
+            for ev in page
+            if ev.event_type is EventType.FAIL and (run is None or ev.run_id == run)
+        )
+        pos = page[-1].event_id + 1
 
 
 def _data_in_event(ev: ProvenanceEvent) -> Any:

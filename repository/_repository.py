@@ -485,6 +485,11 @@ class ProvenanceRepository:
         self._index.catch_up()
         return _search.search(self._store, self._index.shards, preds, limit, newest_first)
 
+    def _indexed_next_id(self) -> int:
+        """Events below this id are searchable (the index checkpoint, as of now)."""
+        self._index.catch_up()
+        return self._index.shards.indexed_next_id
+
     def wait_for_index(self, timeout: float | None = None) -> bool:
         """Wait until every committed log is searchable (index lag over); False on timeout."""
         return self._index.wait(timeout)
