@@ -15,6 +15,7 @@ from ._errors import NotFound
 from ._repository import ProvenanceRepository
 
 _TRIPLE = re.compile(r"^(\d+):(\d+):(\d+)$")
+_AT = re.compile(r"^(.+)@(\d+)$")
 
 
 def record_id(text: str) -> int:
@@ -29,6 +30,31 @@ def record_id(text: str) -> int:
     if value < 0:
         raise argparse.ArgumentTypeError(f"{text!r}: record ids are not negative")
     return value
+
+
+def record_ref(text: str) -> int | tuple[str, int]:
+    """A record id as `record_id` takes it, or FILE@OFFSET: the text-input line holding that
+    byte of that file (resolved against the repository later)."""
+    m = _AT.match(text)
+    if m and not _TRIPLE.match(text.strip()):
+        return m[1], int(m[2])
+    return record_id(text)
+
+
+def _resolve(repo: ProvenanceRepository, run: str | None, ref: int | tuple[str, int]):
+    """(run, record id) of a reference; FILE@OFFSET is looked up in the run (default: the
+    newest run that read that file at that offset)."""
+    if isinstance(ref, int):
+        return _run_for(repo, run, ref), ref
+    path, offset = ref
+    index = repo.lineage
+    if run is not None:
+        index.run_info(run)  # NotFound names the runs there are
+    for candidate in [run] if run is not None else list(reversed(index.runs())):
+        rid = index.record_at(candidate, path, offset)
+        if rid is not None:
+            return candidate, rid
+    raise NotFound(f"no run of {repo.path} read byte {offset} of {path}")
 
 
 def _run_for(repo: ProvenanceRepository, run: str | None, rid: int) -> str:
@@ -51,10 +77,10 @@ def _fmt(rid: int) -> str:
 def cmd_trace(args) -> int:
     with open_read_only(args.repo) as repo:
         index = repo.lineage
-        run = _run_for(repo, args.run, args.record_id)
-        if not index.event_ids(run, np.array([args.record_id]))[0]:
-            raise NotFound(f"run {run} stores no record {_fmt(args.record_id)}")
-        ids, hops = index.trace(run, np.array([args.record_id]), args.forward, args.depth)
+        run, rid = _resolve(repo, args.run, args.record_id)
+        if not index.event_ids(run, np.array([rid]))[0]:
+            raise NotFound(f"run {run} stores no record {_fmt(rid)}")
+        ids, hops = index.trace(run, np.array([rid]), args.forward, args.depth)
         if args.limit is not None:
             ids = ids[: args.limit]
         info = index.run_info(run)
@@ -158,7 +184,11 @@ def cmd_culprits(args) -> int:
 def register(sub) -> None:
     p = sub.add_parser("trace", help="trace a record back to its inputs (or forward), JSON lines")
     p.add_argument("repo")
-    p.add_argument("record_id", type=record_id, help="a record id, or cp:partition:position")
+    p.add_argument(
+        "record_id",
+        type=record_ref,
+        help="a record id, cp:partition:position, or FILE@OFFSET (the input line holding it)",
+    )
     p.add_argument("--forward", action="store_true", help="trace to the outputs it reached")
     p.add_argument("--depth", type=positive_int, default=None, help="hops (default: all)")
     p.add_argument("--data", action="store_true", help="include raw data (re-read or captured)")

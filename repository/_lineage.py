@@ -24,6 +24,7 @@ import numpy as np
 
 from journals import (
     MAX_PARTITION,
+    Location,
     ProvenanceEvent,
     record_id_base,
     unpack_record_id,
@@ -291,6 +292,38 @@ class LineageIndex:
 
     def events(self, run: str, record_ids: np.ndarray) -> list[ProvenanceEvent | None]:
         return [self._store.get(int(e)) if e else None for e in self.event_ids(run, record_ids)]
+
+    def record_at(self, run: str, path: str, offset: int) -> int | None:
+        """The text-source record whose line holds byte `offset` of `path` (input records named
+        by (file, offset), as Titian's HadoopLineageRDD names them); None if no stored record
+        of the run does. Point lookups only: ~log2(records of one partition) events read."""
+        uri = path if "://" in path else "file://" + os.path.abspath(path)
+        info = self.run_info(run)
+        for cp in info.capture_points.values():
+            if cp.dependency != "source":
+                continue
+            for part in self.partitions(run, cp.number):
+                base = record_id_base(cp.number, part)
+                n = sum(loc.count for loc in self.locs(run, cp.number, part))
+                first, last = self._location(run, base), self._location(run, base + n - 1)
+                if first is None or last is None or first.uri != uri:
+                    continue
+                if not first.offset <= offset < last.offset + max(last.length, 1):
+                    continue
+                lo, hi = 0, n - 1  # the last record starting at or before `offset`
+                while lo < hi:
+                    mid = (lo + hi + 1) // 2
+                    loc = self._location(run, base + mid)
+                    if loc is not None and loc.offset <= offset:
+                        lo = mid
+                    else:
+                        hi = mid - 1
+                return base + lo
+        return None
+
+    def _location(self, run: str, record_id: int) -> Location | None:
+        (ev,) = self.events(run, np.array([record_id], dtype=np.int64))
+        return ev.location if ev is not None else None
 
     def all_records(self, run: str, cp: int) -> np.ndarray:
         """Every record id stored at a capture point, ascending."""
