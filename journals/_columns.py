@@ -42,11 +42,16 @@ def _width_for(span: int) -> int:
     return 8
 
 
+_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
+
+
 def _progression(arr: np.ndarray) -> int | None:
     """The step if `arr` (2+ values) is an arithmetic progression, else None. Rejects on the
     ends and a few values before paying for the full check."""
     n, first = len(arr), int(arr[0])
     step = int(arr[1]) - first
+    if not _INT64_MIN <= step <= _INT64_MAX:  # e.g. [-2**62, 2**62]: a RANGE cannot hold it
+        return None
     if n == 2 or (
         int(arr[-1]) - first == step * (n - 1)
         and (np.diff(arr[:64]) == step).all()

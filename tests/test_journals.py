@@ -253,3 +253,12 @@ def test_sealed_writer_takes_no_more_appends(tmp_path):
     w.seal()
     with pytest.raises(OSError, match="sealed"):
         w.append([make_event(1)])
+
+
+def test_int_column_with_a_step_wider_than_int64():
+    # Found by hypothesis: two values 2**63 apart are no RANGE (its step would overflow).
+    values = [0, -(2**62), 2**62, 0]
+    col = IntColumn.from_array(np.array(values, dtype=np.int64))
+    assert col.slice(1, 3).to_array().tolist() == values[1:3]
+    assert IntColumn.from_array(np.array(values[1:3])).to_array().tolist() == values[1:3]
+    assert col.compacted().to_array().tolist() == values
