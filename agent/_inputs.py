@@ -13,6 +13,7 @@ import os
 import pickle
 from array import array
 from collections.abc import Callable, Iterator
+from operator import itemgetter
 
 import numpy as np
 
@@ -182,9 +183,16 @@ def union_input(state: InputState, iterator, count: Callable[[], int]) -> Iterat
 # -- shuffle reads ---------------------------------------------------------------------------
 
 
+# Post-shuffle records are named by position, so positions must not depend on the order in
+# which shuffle blocks arrive (Spark fetches remote blocks in random order, and a second job
+# or a replay re-reads the shuffle): each shuffle read orders its records by their parents'
+# ids, which every job sees alike. In local mode this is the arrival order anyway.
+
+
 def _merge_aggregate(iterator, merge_combiners: Callable):
-    """Merge (k, (combined, combiner id)) per key: keys and values in order of first arrival,
-    and for each arrival its record's slot and the combiner record's id."""
+    """Merge (k, (combined, combiner id)) per key: keys and values ordered by each key's
+    smallest combiner id (one combiner record has one key, so no ties), and for each arrival
+    its record's slot and the combiner record's id."""
     index: dict = {}
     keys: list = []
     vals: list = []
@@ -202,6 +210,20 @@ def _merge_aggregate(iterator, merge_combiners: Callable):
             vals[s] = merge_combiners(vals[s], v)
         slots_append(s)
         parents_append(rid)
+    n = len(keys)
+    if n > 1:
+        sl = np.frombuffer(slots, dtype=np.int32)
+        first = np.full(n, np.iinfo(np.int64).max, dtype=np.int64)
+        np.minimum.at(first, sl, np.frombuffer(parents, dtype=np.int64))
+        order = np.argsort(first, kind="stable")
+        if (order != np.arange(n)).any():
+            rank = np.empty(n, dtype=np.int32)
+            rank[order] = np.arange(n, dtype=np.int32)
+            picks = order.tolist()
+            keys = [keys[i] for i in picks]
+            vals = [vals[i] for i in picks]
+            slots = array("i")
+            slots.frombytes(rank[sl].tobytes())
     return keys, vals, slots, parents
 
 
@@ -233,8 +255,11 @@ def aggregate_input(
     state.exhausted = True
 
 
-def _group_sides(iterator) -> dict:
-    """Merge what both sides shipped: key -> (left values, left ids, right values, right ids)."""
+def _group_sides(iterator) -> list[tuple]:
+    """Merge what both sides shipped: (key, (left values, left ids, right values, right ids))
+    per key, in canonical order: each side's values by their ids (stable: values of one
+    input keep the order its map task gave them), keys by their smallest id, then (for keys
+    sharing it, e.g. two words of one line) by their pickled form."""
     groups: dict = {}
     get = groups.get
     for k, (tag, vs, ids) in iterator:
@@ -244,14 +269,41 @@ def _group_sides(iterator) -> dict:
         side = 0 if tag == 1 else 2
         g[side].extend(vs)
         g[side + 1].extend(ids)
-    return groups
+    ordered = []
+    for k, (vs, vids, ws, wids) in groups.items():
+        vs, vids = _by_id(vs, vids)
+        ws, wids = _by_id(ws, wids)
+        first = min(vids[0] if vids else _NO_ID, wids[0] if wids else _NO_ID)
+        ordered.append((first, k, (vs, vids, ws, wids)))
+    ordered.sort(key=itemgetter(0))
+    i = 0
+    while i < len(ordered):  # runs of keys with the same smallest id
+        j = i + 1
+        while j < len(ordered) and ordered[j][0] == ordered[i][0]:
+            j += 1
+        if j - i > 1:
+            ordered[i:j] = sorted(ordered[i:j], key=lambda t: pickle.dumps(t[1], 4))
+        i = j
+    return [(k, g) for _, k, g in ordered]
 
 
-def _join_pairs(groups: dict, how: str) -> Iterator[tuple]:
+_NO_ID = 1 << 63
+
+
+def _by_id(values: list, ids: list) -> tuple[list, list]:
+    if len(ids) < 2:
+        return values, ids
+    order = sorted(range(len(ids)), key=ids.__getitem__)
+    if order == list(range(len(ids))):
+        return values, ids
+    return [values[i] for i in order], [ids[i] for i in order]
+
+
+def _join_pairs(groups: list[tuple], how: str) -> Iterator[tuple]:
     """(key, left value, right value, parent ids) per join output, as PySpark's python_join
     orders them; an outer side without a match contributes None and no parent."""
     left_outer, right_outer = how in ("left", "full"), how in ("right", "full")
-    for k, (vs, vids, ws, wids) in groups.items():
+    for k, (vs, vids, ws, wids) in groups:
         if not ws and left_outer:
             ws, wids = [None], [-1]
         if not vs and right_outer:
@@ -282,7 +334,7 @@ def join_input(state: InputState, iterator, count: Callable[[], int], how: str) 
 def _cogroups(iterator) -> Iterator[tuple]:
     from pyspark.resultiterable import ResultIterable
 
-    for k, (vs, vids, ws, wids) in _group_sides(iterator).items():
+    for k, (vs, vids, ws, wids) in _group_sides(iterator):
         yield (k, (ResultIterable(vs), ResultIterable(ws))), sorted(set(vids) | set(wids))
 
 
@@ -301,10 +353,17 @@ def cogroup_input(state: InputState, iterator, count: Callable[[], int]) -> Iter
 
 
 def _sorted_items(iterator, ascending: bool, keyfunc: Callable | None) -> list:
+    """Sorted by key; equal keys by their input's id (the sort is stable, also reversed), not
+    by arrival."""
     items = list(iterator)
+    items.sort(key=_shipped_id)
     kf = keyfunc or (lambda x: x)
     items.sort(key=lambda kv: kf(kv[0]), reverse=not ascending)
     return items
+
+
+def _shipped_id(kv: tuple) -> int:
+    return kv[1][1]
 
 
 def sort_input(
