@@ -7,7 +7,8 @@ import itertools
 import os
 
 import pytest
-from _faults import files_under, write_sample_journal
+from _faults import files_under, tree_hash, write_sample_journal
+from conftest import make_event
 
 from journals import JournalReader
 from repository import ProvenanceRepository, RepositoryConfig
@@ -149,3 +150,43 @@ def test_verify_names_file_and_offset(tmp_path, sample, capsys):
         assert f"{jpath}@{bounds[2]}: bad-checksum" in out
         assert "1 problem(s)" in err and err.count("\n") == 1
         repo.rollover()
+
+
+def test_verify_finds_a_damaged_block_and_toc_and_changes_nothing(tmp_path, capsys):
+    root = str(tmp_path / "repo")
+    config = RepositoryConfig(sync="none", rollover_interval=3600, block_size="4KiB")
+    with ProvenanceRepository.open(root, config, start_threads=False) as repo:
+        repo.register_events([make_event(i) for i in range(2000)])
+        assert repo.rollover() == 2000
+        (log,) = [r.first_id for r in repo.logs()]
+    prov = os.path.join(root, "logs", f"{log}.prov")
+    toc = os.path.join(root, "logs", f"{log}.toc")
+    assert cli(["verify", root]) == 0
+    size = os.path.getsize(prov)
+    with open(prov, "r+b") as f:  # a byte in the middle of the log: inside some block
+        f.seek(size // 2)
+        b = f.read(1)
+        f.seek(size // 2)
+        f.write(bytes([b[0] ^ 0xFF]))
+    before = tree_hash(root)
+    capsys.readouterr()
+    assert cli(["verify", root]) == 1
+    out, err = capsys.readouterr()
+    assert prov in out and "1 problem(s)" in err
+    assert tree_hash(root) == before  # verify only reads
+    # Every other block still reads; the damaged one is an error, not wrong events.
+    with ProvenanceRepository.open(root, config, start_threads=False) as repo:
+        ok = 0
+        for i in range(1, 2001):
+            try:
+                ev = repo.get_event(i)
+            except Exception:
+                continue
+            assert ev is not None and ev.record_id == i - 1
+            ok += 1
+        assert 1900 <= ok < 2000
+    with open(toc, "r+b") as f:  # and a torn table of contents
+        f.truncate(os.path.getsize(toc) - 3)
+    capsys.readouterr()
+    assert cli(["verify", root]) == 1
+    assert toc in capsys.readouterr().out
