@@ -729,6 +729,8 @@ def main() -> None:
     ap.add_argument("--dir", default=None, help="parent of the temporary data directory")
     ap.add_argument("--only", default="rich,lineage,bytes", help="sections to run")
     args = ap.parse_args()
+    if args.runs < 3:
+        ap.error("--runs must be at least 3 (figures are medians of interleaved runs)")
     level = RepositoryConfig().zstd_level
     root = tempfile.mkdtemp(prefix="provrepo-bench-", dir=args.dir)
     rng = np.random.default_rng(args.seed)
