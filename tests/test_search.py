@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
+import sys
 
 import pytest
 from _search_data import BASE, HOUR, brute, fill
@@ -188,6 +190,15 @@ def test_deleting_the_index_loses_nothing(tmp_path):
 
     shutil.rmtree(path / "index")
     assert main(["reindex", str(path), "--quiet"]) == 0
+    with ProvenanceRepository.open(path, read_only=True) as ro:
+        assert _all_results(ro) == before
+    # Without --quiet, a progress bar counts every event on stderr (a fresh interpreter, so
+    # tqdm writes to the real stderr).
+    shutil.rmtree(path / "index")
+    provrepo = os.path.join(os.path.dirname(sys.executable), "provrepo")
+    run = subprocess.run([provrepo, "reindex", str(path)], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    assert "reindex" in run.stderr and "100%" in run.stderr, run.stderr
     with ProvenanceRepository.open(path, read_only=True) as ro:
         assert _all_results(ro) == before
 
