@@ -20,7 +20,7 @@ import numpy as np
 
 from journals import EventType, ProvenanceEvent, unpack_record_ids
 
-from ._lineage import read_ranges
+from ._lineage import read_range
 
 if TYPE_CHECKING:
     from ._repository import ProvenanceRepository
@@ -117,18 +117,12 @@ def find_culprits(
 
 def _fails_from(repo: ProvenanceRepository, first_id: int, run: str | None) -> list:
     """FAIL events of `run` (any run if None) with ids from `first_id`, read from the log."""
-    out = []
-    pos = first_id
-    while True:
-        page = repo.get_events(pos, 10_000)
-        if not page:
-            return out
-        out.extend(
-            ev
-            for ev in page
-            if ev.event_type is EventType.FAIL and (run is None or ev.run_id == run)
-        )
-        pos = page[-1].event_id + 1
+    return [
+        ev
+        for chunk in repo._store.chunks_from(first_id)
+        for ev in chunk
+        if ev.event_type is EventType.FAIL and (run is None or ev.run_id == run)
+    ]
 
 
 def _data_in_event(ev: ProvenanceEvent) -> Any:
@@ -136,5 +130,5 @@ def _data_in_event(ev: ProvenanceEvent) -> Any:
     repr of its value; None when the event carries neither."""
     loc = ev.location
     if loc is not None and loc.length >= 0:
-        return read_ranges(loc.uri, [(loc.offset, loc.length)])[0]
+        return read_range(loc.uri, loc.offset, loc.length)
     return ev.attributes.get("value")
