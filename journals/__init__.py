@@ -5,6 +5,7 @@ This package imports nothing else of provrepo, and nothing heavy: Spark Python w
 
 from ._codec import EventsPayload, decode_event, decode_events
 from ._columns import IntColumn
+from ._files import TMP_SUFFIX, dir_bytes, file_bytes, fsync_dir, listdir, write_atomic
 from ._gc import gc_paused
 from ._ids import (
     MAX_CAPTURE_POINT,
@@ -15,6 +16,7 @@ from ._ids import (
     unpack_record_id,
     unpack_record_ids,
 )
+from ._loop import BackgroundLoop
 from ._model import EventType, LineageBatch, Location, ProvenanceEvent
 from ._reader import Frame, JournalProblem, JournalReader
 from ._writer import (
@@ -24,7 +26,6 @@ from ._writer import (
     JournalError,
     JournalWriter,
     WriterSpec,
-    fsync_dir,
     host_tag,
     journal_name,
 )
@@ -36,6 +37,8 @@ __all__ = [
     "OPEN_SUFFIX",
     "SEALED_SUFFIX",
     "SYNC_POLICIES",
+    "TMP_SUFFIX",
+    "BackgroundLoop",
     "EventType",
     "EventsPayload",
     "Frame",
@@ -50,12 +53,16 @@ __all__ = [
     "WriterSpec",
     "decode_event",
     "decode_events",
+    "dir_bytes",
+    "file_bytes",
     "fsync_dir",
     "gc_paused",
     "host_tag",
     "journal_name",
+    "listdir",
     "pack_record_id",
     "record_id_base",
     "unpack_record_id",
     "unpack_record_ids",
+    "write_atomic",
 ]

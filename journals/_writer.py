@@ -20,6 +20,7 @@ from typing import Literal
 import msgspec
 
 from ._codec import FILE_HEADER, KIND_BATCH, KIND_EVENTS, encode_events, frame_header
+from ._files import fsync_dir
 from ._model import LineageBatch, ProvenanceEvent
 
 SyncPolicy = Literal["seal", "batch", "none"]
@@ -49,15 +50,6 @@ class WriterSpec(msgspec.Struct, frozen=True):
     containers: list[str]
     sync: str = "seal"
     journals_per_container: int = 1
-
-
-def fsync_dir(path: str) -> None:
-    """fsync a directory so a rename inside it is durable."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def journal_name(tag: str = "") -> str:

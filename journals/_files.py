@@ -1,0 +1,70 @@
+"""Small filesystem helpers every layer shares: durable renames, atomic small files, listings
+and sizes of directories whose files may vanish while they are read (age-off, rollover)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+
+TMP_SUFFIX = ".tmp"
+
+
+def fsync_dir(path: str) -> None:
+    """fsync a directory so a rename inside it is durable."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_atomic(path: str, data: bytes, sync: bool = True) -> None:
+    """Write a small file so readers see the old or the new content, never a mix: write
+    `<path>.tmp`, fsync it, rename it over `path`, fsync the directory (without `sync`, only
+    the rename: tests and `sync="none"` repositories)."""
+    tmp = path + TMP_SUFFIX
+    with open(tmp, "wb") as f:
+        f.write(data)
+        if sync:
+            f.flush()
+            os.fsync(f.fileno())
+    os.replace(tmp, path)
+    if sync:
+        fsync_dir(os.path.dirname(path) or ".")
+
+
+def listdir(path: str) -> list[str]:
+    """The names in a directory; [] if it does not exist (yet, or any more)."""
+    try:
+        return os.listdir(path)
+    except FileNotFoundError:
+        return []
+
+
+def file_bytes(paths: Iterable[str]) -> int:
+    """Total size of these files, leaving out the ones that vanished."""
+    total = 0
+    for p in paths:
+        try:
+            total += os.path.getsize(p)
+        except FileNotFoundError:
+            continue
+    return total
+
+
+def dir_bytes(path: str) -> int:
+    """Total size of the files under `path` (0 if it does not exist; files may vanish)."""
+    total = 0
+    try:
+        entries = list(os.scandir(path))
+    except (FileNotFoundError, NotADirectoryError):
+        return 0
+    for e in entries:
+        try:
+            if e.is_dir(follow_symlinks=False):
+                total += dir_bytes(e.path)
+            else:
+                total += e.stat(follow_symlinks=False).st_size
+        except FileNotFoundError:
+            continue
+    return total
