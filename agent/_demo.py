@@ -123,9 +123,9 @@ def run_demo(repo_path: str, lines: int = 300_000) -> int:
                 _traces(lc, counts, report, by_code)
                 stats = repo.stats()
                 print(
-                    f"\nrepository {repo_path}: {stats['events']:,} events in "
-                    f"{stats['logs']} logs, {stats['log_bytes'] / 1e6:.1f} MB "
-                    f"({stats['log_bytes'] / os.path.getsize(log_path):.0%} of the input)"
+                    f"\nrepository {repo_path}: {stats.events:,} events in "
+                    f"{stats.logs} logs, {stats.log_bytes / 1e6:.1f} MB "
+                    f"({stats.log_bytes / os.path.getsize(log_path):.0%} of the input)"
                 )
         finally:
             spark.stop()

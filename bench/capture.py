@@ -122,7 +122,7 @@ def run_workload(spark, name: str, inputs: list[str], runs: int, tmp: str) -> di
         "first_trace": t_trace,
         "input_bytes": sum(os.path.getsize(p) for p in inputs),
         "lineage_bytes": dir_bytes(repo_dir),
-        "log_bytes": repo.stats()["log_bytes"] + repo.stats()["toc_bytes"],
+        "log_bytes": repo.stats().log_bytes + repo.stats().toc_bytes,
     }
     result.update(trace_latency(lc, repo, out))
     repo.close()

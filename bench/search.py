@@ -4,7 +4,7 @@
 
 Index lag is the time from the end of a rollover (its listener call) until its events are
 searchable (Tantivy commit + reload + manifest), as the repository's indexing thread measures it
-(`stats()["index_lag_seconds"]`). Goal: <= 2 s per 1 M lineage records.
+(`stats().index_lag_seconds`). Goal: <= 2 s per 1 M lineage records.
 
 Search: a repository of 10 M events (10 rollovers of 1 M lineage records plus some rich FAIL
 events, spread over 10 hours of event time); queries are random 1 %-of-span time windows, top
@@ -116,7 +116,7 @@ def index_lag(repo: ProvenanceRepository, records: int, t0: int, t1: int, seed: 
     rolled = time.perf_counter() - t
     if not repo.wait_for_index(600):
         raise RuntimeError("index did not catch up")
-    return rolled, repo.stats()["index_lag_seconds"], n
+    return rolled, repo.stats().index_lag_seconds, n
 
 
 def per_record_docs_rate(n: int = 100_000) -> float:
@@ -160,7 +160,7 @@ def run(work: str, args) -> int:
         rolled, lag, _ = index_lag(repo, 1_000_000, T0 + h * HOUR, T0 + (h + 1) * HOUR, h)
         lags.append(lag)
         rolls.append(rolled)
-    events = repo.stats()["events"]
+    events = repo.stats().events
     print(f"\nindexing ({events:,} events in 10 rollovers of 1 M lineage records + {RICH} rich)")
     report("rollover of 1 M records (merge, for scale)", median(rolls), "s")
     report(
@@ -185,8 +185,8 @@ def run(work: str, args) -> int:
     width = (span[1] - span[0]) // 100
     st = repo.stats()
     print(
-        f"\nsearch: {st['events']:,} events, {st['index_shards']} shard(s), "
-        f"{st['index_bytes'] / 1e6:.2f} MB of index; random 1 %-of-span time windows, "
+        f"\nsearch: {st.events:,} events, {st.index_shards} shard(s), "
+        f"{st.index_bytes / 1e6:.2f} MB of index; random 1 %-of-span time windows, "
         f"{args.queries} per run, top 100 newest first"
     )
     fail = tantivy.Query.term_query(SPAN_SCHEMA, "type", "FAIL")
@@ -268,7 +268,7 @@ def run(work: str, args) -> int:
         report(f"index lag, {label}", median(lags), "s", "goal <= 2 s", f"max {max(lags):.3f} s")
     st = repo.stats()
     repo.close()
-    print(f"  [{st['events']:,} events in {st['logs']} logs; spans per log are capped]")
+    print(f"  [{st.events:,} events in {st.logs} logs; spans per log are capped]")
     sys.stdout.flush()
     return 0
 

@@ -10,7 +10,7 @@ from ._model import LogSpans, Manifest, ShardInfo, Span, SpanHit
 from ._query import Predicates, QueryError, UserQuery
 from ._schema import ATTRS_FIELD, BOUND_FIELDS, DEFAULT_FIELDS, INT_FIELDS, TEXT_FIELDS
 from ._search import candidate_spans
-from ._shards import IndexDamaged, ShardSet, dir_bytes
+from ._shards import IndexDamaged, ShardSet
 from ._worker import IndexStats, IndexWorker, LogSource
 
 __all__ = [
@@ -33,5 +33,4 @@ __all__ = [
     "SpanHit",
     "UserQuery",
     "candidate_spans",
-    "dir_bytes",
 ]

@@ -29,6 +29,8 @@ from collections.abc import Callable, Sequence
 import msgspec
 import tantivy
 
+from journals import dir_bytes, write_atomic
+
 from ._model import INDEX_VERSION, LogSpans, Manifest, ShardInfo
 from ._schema import SPAN_SCHEMA
 
@@ -44,32 +46,6 @@ _MANIFEST_DEC = msgspec.json.Decoder(Manifest)
 
 class IndexDamaged(Exception):
     """The index directory cannot be trusted (it is rebuilt from the event logs)."""
-
-
-def dir_bytes(path: str) -> int:
-    """Total size of the files under `path` (0 if it does not exist; files may vanish)."""
-    total = 0
-    try:
-        entries = list(os.scandir(path))
-    except (FileNotFoundError, NotADirectoryError):
-        return 0
-    for e in entries:
-        try:
-            if e.is_dir(follow_symlinks=False):
-                total += dir_bytes(e.path)
-            else:
-                total += e.stat(follow_symlinks=False).st_size
-        except FileNotFoundError:
-            continue
-    return total
-
-
-def _fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _shard_name(now_ns: int) -> str:
@@ -176,13 +152,7 @@ class ShardSet:
         return m
 
     def _save_manifest(self, m: Manifest) -> None:
-        tmp = self.manifest_path + ".tmp"
-        with open(tmp, "wb") as f:
-            f.write(_MANIFEST_ENC.encode(m))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.manifest_path)
-        _fsync_dir(self.root)
+        write_atomic(self.manifest_path, _MANIFEST_ENC.encode(m))
         self.manifest = m
         with contextlib.suppress(OSError):
             st = os.stat(self.manifest_path)

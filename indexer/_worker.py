@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Generic, Protocol, TypeVar
 
-from journals import gc_paused
+from journals import BackgroundLoop, gc_paused
 
 from ._model import LogSpans, ShardInfo
 from ._shards import OLD_SUFFIX, REBUILD_SUFFIX, ShardSet
@@ -75,49 +75,38 @@ class IndexWorker(Generic[S]):
         self.stats = IndexStats()
         self._lock = threading.RLock()  # one pass (or rebuild) at a time
         self._cond = threading.Condition()
-        self._wake = threading.Event()
-        self._stop = threading.Event()
         self._arrivals: dict[int, float] = {}
-        self._thread: threading.Thread | None = None
+        # Also when stopping, one last pass: the final rollover's logs get indexed before close.
+        self._loop = BackgroundLoop(
+            "provrepo-index",
+            self.index_pending,
+            interval=5.0,
+            on_error=self._failed,
+            backoff=True,
+            final_step=True,
+            at_exit=self._close_shards,  # the writer is released by the thread that used it
+        )
 
     # -- lifecycle ---------------------------------------------------------------------------
 
     def start(self) -> None:
         """Start the thread (threaded mode); its first pass catches up with existing logs."""
-        if self.threaded and self._thread is None:
-            self._thread = threading.Thread(target=self._loop, name="provrepo-index", daemon=True)
-            self._thread.start()
-            self._wake.set()
+        if self.threaded:
+            self._loop.start(step_now=True)
 
     def stop(self) -> None:
         """Stop the thread after one last pass (logs rolled over so far get indexed)."""
-        self._stop.set()
-        self._wake.set()
-        if self._thread is not None:
-            self._thread.join()
-            self._thread = None
+        self._loop.stop()
+        self._close_shards()
+
+    def _close_shards(self) -> None:
         with self._lock:
             self.shards.close()
 
-    def _loop(self) -> None:
-        backoff = 0.0
-        while True:
-            self._wake.wait(timeout=max(backoff, 5.0))
-            self._wake.clear()
-            stopping = self._stop.is_set()
-            try:
-                # Also when stopping: the logs of the final rollover get indexed before close.
-                self.index_pending()
-                backoff = 0.0
-            except Exception as e:
-                backoff = min(max(1.0, backoff * 2), 60.0)
-                self.stats.errors += 1
-                self.stats.last_error = str(e)
-                log.error("indexing failed (retrying in %.0fs): %s", backoff, e)
-            if stopping:
-                break
-        with self._lock:
-            self.shards.close()  # the writer is released by the thread that used it
+    def _failed(self, e: Exception, retry_in: float) -> None:
+        self.stats.errors += 1
+        self.stats.last_error = str(e)
+        log.error("indexing failed (retrying in %.0fs): %s", retry_in, e)
 
     # -- indexing ----------------------------------------------------------------------------
 
@@ -126,7 +115,7 @@ class IndexWorker(Generic[S]):
         if source is not None:
             self._arrivals[source.first_id] = time.perf_counter()
         if self.threaded:
-            self._wake.set()
+            self._loop.wake()
         else:
             self.index_pending()
 
@@ -184,7 +173,7 @@ class IndexWorker(Generic[S]):
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
             while self.shards.indexed_next_id < next_id:
-                self._wake.set()
+                self._loop.wake()
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
                     return False

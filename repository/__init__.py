@@ -1,16 +1,25 @@
 """The embedded provenance repository: rollover, event logs with tables of contents, lookup,
-export, recovery and the CLI."""
+export, recovery, search and age-off; lineage over the stored events (`repository.lineage`);
+the `provrepo` command line (`repository.cli`)."""
 
 from ._ageoff import AgeOffReport
 from ._config import RepositoryConfig, parse_duration, parse_size
-from ._culprits import Culprit
 from ._errors import BadInput, ConfigError, NotFound, RepositoryError, RepositoryLocked
 from ._export import ExportBatch, ExportCursor
-from ._lineage import RUN_COMPONENT_TYPE, CapturePointInfo, LineageIndex, RunInfo
-from ._mine import ActorInstance, MineReport
-from ._repository import ProvenanceRepository, RolloverStats
-from ._rollover import RolloverError
+from ._repository import ProvenanceRepository
+from ._rollover import RolloverError, RolloverStats
 from ._search import parse_time
+from ._stats import RepositoryStats
+from ._verify import VerifyReport
+from .lineage import (
+    RUN_COMPONENT_TYPE,
+    ActorInstance,
+    CapturePointInfo,
+    Culprit,
+    LineageIndex,
+    MineReport,
+    RunInfo,
+)
 
 __all__ = [
     "RUN_COMPONENT_TYPE",
@@ -29,9 +38,11 @@ __all__ = [
     "RepositoryConfig",
     "RepositoryError",
     "RepositoryLocked",
+    "RepositoryStats",
     "RolloverError",
     "RolloverStats",
     "RunInfo",
+    "VerifyReport",
     "parse_duration",
     "parse_size",
     "parse_time",

@@ -23,8 +23,7 @@ import time
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
 
-from indexer import dir_bytes
-from journals import fsync_dir
+from journals import BackgroundLoop, dir_bytes, fsync_dir
 
 from ._eventlog import LogReader
 from ._indexing import RepositoryIndex
@@ -108,10 +107,10 @@ class AgeOff:
         self.interval = interval
         self.last: AgeOffReport | None = None
         self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._wake = threading.Event()
-        self._thread: threading.Thread | None = None
         self._warned: str | None = None
+        self._loop = BackgroundLoop(
+            "provrepo-ageoff", self._pass, interval=interval, on_error=_pass_failed
+        )
 
     # -- one pass ----------------------------------------------------------------------------
 
@@ -216,29 +215,23 @@ class AgeOff:
     # -- the thread --------------------------------------------------------------------------
 
     def start(self) -> None:
-        if self._thread is None and (self.max_age is not None or self.max_bytes is not None):
-            self._thread = threading.Thread(target=self._loop, name="provrepo-ageoff", daemon=True)
-            self._thread.start()
+        """Start the thread (only if a limit is configured); its first pass runs at once."""
+        if self.max_age is not None or self.max_bytes is not None:
+            self._loop.start(step_now=True)
 
-    def wake(self, _toc=None) -> None:
+    def wake(self, _toc: object = None) -> None:
         """Run a pass soon (called after each rollover: the size limit may be passed)."""
-        self._wake.set()
+        self._loop.wake()
 
     def stop(self) -> None:
-        self._stop.set()
-        self._wake.set()
-        if self._thread is not None:
-            self._thread.join()
-            self._thread = None
+        self._loop.stop()
 
-    def _loop(self) -> None:
-        while not self._stop.is_set():
-            try:
-                rep = self.run()
-                if rep.unmet and rep.unmet != self._warned:
-                    log.warning("age-off: %s", rep.unmet)  # once per distinct problem, no spin
-                self._warned = rep.unmet
-            except Exception as e:
-                log.error("age-off pass failed: %s", e)
-            self._wake.wait(self.interval)
-            self._wake.clear()
+    def _pass(self) -> None:
+        rep = self.run()
+        if rep.unmet and rep.unmet != self._warned:
+            log.warning("age-off: %s", rep.unmet)  # once per distinct problem, no spin
+        self._warned = rep.unmet
+
+
+def _pass_failed(e: Exception, _retry_in: float) -> None:
+    log.error("age-off pass failed: %s", e)

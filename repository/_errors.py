@@ -26,3 +26,11 @@ class RepositoryLocked(RepositoryError):
         super().__init__(f"repository {path} is owned by another process ({owner}); close it first")
         self.path = path
         self.owner = owner
+
+
+def check_id(value: object, what: str, allow_zero: bool = False) -> None:
+    """BadInput unless `value` is a positive int (or zero, with `allow_zero`)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise BadInput(f"{what} must be an integer, got {value!r}")
+    if value < 0 or (value == 0 and not allow_zero):
+        raise BadInput(f"{what} must be positive, got {value}")

@@ -304,6 +304,10 @@ class LogReader:
     def block_index(self, event_id: int) -> int:
         return int(np.searchsorted(self._block_ids, event_id, side="right")) - 1
 
+    def block_indexes(self, event_ids: np.ndarray) -> np.ndarray:
+        """`block_index` of each of the (sorted) event ids."""
+        return np.searchsorted(self._block_ids, event_ids, side="right") - 1
+
     def read_block(self, i: int) -> list[Entry]:
         """Decode block i (checksum verified). Raises FileNotFoundError if the log is gone."""
         fd = self._fd  # a local: another thread may close the reader meanwhile

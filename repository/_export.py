@@ -5,16 +5,13 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
-from journals import ProvenanceEvent
+from journals import ProvenanceEvent, gc_paused, write_atomic
 
-from ._errors import BadInput
-from ._layout import write_atomic
-
-if TYPE_CHECKING:
-    from ._repository import ProvenanceRepository
+from ._errors import BadInput, check_id
+from ._store import LogStore
 
 
 @dataclass
@@ -35,6 +32,53 @@ class ExportBatch:
         return sum(hi - lo for lo, hi in self.skipped)
 
 
+class Exporter:
+    """Reads events in id order from the store and keeps the gap bookkeeping: which asked-for
+    ids no longer exist (aged off), so a consumer is told instead of silently skipped ahead."""
+
+    def __init__(self, store: LogStore, max_event_id: Callable[[], int]) -> None:
+        self._store = store
+        self._max_event_id = max_event_id
+
+    def export(self, first_id: int, max_events: int) -> ExportBatch:
+        """Up to `max_events` events with id >= first_id, ascending, and the ids skipped."""
+        check_id(first_id, "first id", allow_zero=True)
+        if isinstance(max_events, bool) or not isinstance(max_events, int) or max_events < 0:
+            raise BadInput(f"max_events must be a non-negative integer, got {max_events!r}")
+        first_id = max(first_id, 1)
+        events: list[ProvenanceEvent] = []
+        skipped: list[tuple[int, int]] = []
+        expect = first_id
+        if max_events:
+            with gc_paused():
+                self._collect(first_id, max_events, events, skipped)
+            if events:
+                expect = events[-1].event_id + 1
+        if not events:
+            end = max(first_id, min(self._store.next_id or first_id, self._max_event_id() + 1))
+            if end > first_id:
+                skipped.append((first_id, end))
+            expect = max(expect, end)
+        return ExportBatch(first_id, events, expect, skipped)
+
+    def _collect(
+        self,
+        first_id: int,
+        max_events: int,
+        events: list[ProvenanceEvent],
+        skipped: list[tuple[int, int]],
+    ) -> None:
+        expect = first_id
+        for chunk in self._store.chunks_from(first_id, max_events - len(events)):
+            if chunk[0].event_id > expect:
+                skipped.append((expect, chunk[0].event_id))
+            room = max_events - len(events)
+            events.extend(chunk if len(chunk) <= room else chunk[:room])
+            expect = events[-1].event_id + 1
+            if len(events) >= max_events:
+                return
+
+
 class ExportCursor:
     """A named export position kept in `state/cursors/<name>.json`.
 
@@ -43,12 +87,12 @@ class ExportCursor:
     once across restarts of either side.
     """
 
-    def __init__(self, repo: ProvenanceRepository, name: str) -> None:
+    def __init__(self, exporter: Exporter, directory: str, name: str) -> None:
         if not re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", name):
             raise BadInput(f"cursor name {name!r}: use 1-64 letters, digits, '_', '.', '-'")
-        self._repo = repo
+        self._exporter = exporter
         self.name = name
-        self.path = os.path.join(repo.layout.cursors, f"{name}.json")
+        self.path = os.path.join(directory, f"{name}.json")
         self.position = 1
         try:
             with open(self.path, encoding="utf-8") as f:
@@ -59,7 +103,7 @@ class ExportCursor:
             raise BadInput(f"cursor {name}: state file {self.path} is damaged ({e})") from e
 
     def read(self, max_events: int = 1000) -> ExportBatch:
-        return self._repo.export(self.position, max_events)
+        return self._exporter.export(self.position, max_events)
 
     def commit(self, batch: ExportBatch | int) -> None:
         next_id = batch.next_id if isinstance(batch, ExportBatch) else int(batch)

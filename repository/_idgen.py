@@ -5,7 +5,9 @@ from __future__ import annotations
 import os
 import threading
 
-from ._layout import Layout, write_atomic
+from journals import write_atomic
+
+from ._layout import Layout
 
 
 class IdGenerator:

@@ -22,19 +22,21 @@ import logging
 import math
 import sys
 from bisect import bisect_right
+from dataclasses import dataclass
 from itertools import repeat
 from operator import attrgetter
 
 import msgspec
 from tqdm import tqdm
 
-from indexer import IndexWorker, LogSpans, ShardSet, Span, dir_bytes
-from journals import LineageBatch
+from indexer import IndexWorker, LogSpans, Predicates, ShardSet, Span
+from journals import LineageBatch, ProvenanceEvent, dir_bytes
 
 from ._blocks import BatchSlice, BlockError, EventRun
 from ._config import RepositoryConfig
 from ._eventlog import LogReader
 from ._layout import Layout
+from ._search import search
 from ._store import LogStore
 from ._toc import Toc
 
@@ -272,6 +274,18 @@ def _merge(group: list[Span]) -> Span:
     )
 
 
+@dataclass(frozen=True)
+class SearchIndexStats:
+    """The search index's part of `RepositoryStats`."""
+
+    index_bytes: int
+    index_shards: int
+    indexed_next_id: int
+    events_not_indexed: int
+    index_lag_seconds: float | None  # None also where this process does not index
+    index_errors: int | None  # None where this process does not index (a read-only open)
+
+
 class RepositoryIndex:
     """The index of one repository: `<repo>/index`, fed by the rollover listener.
 
@@ -328,6 +342,16 @@ class RepositoryIndex:
         if self.worker is not None and not self.worker.threaded:
             self.worker.index_pending()
 
+    def indexed_next_id(self) -> int:
+        """Events below this id are searchable (the index checkpoint, as of now)."""
+        self.catch_up()
+        return self.shards.indexed_next_id
+
+    def search(self, preds: Predicates, limit: int, newest_first: bool) -> list[ProvenanceEvent]:
+        """The `limit` newest (oldest) indexed events matching `preds` (see `_search`)."""
+        self.catch_up()
+        return search(self.store, self.shards, preds, limit, newest_first)
+
     def wait(self, timeout: float | None = None) -> bool:
         """Wait until every committed log is searchable; False on timeout."""
         if self.worker is None:
@@ -368,24 +392,19 @@ class RepositoryIndex:
 
         return [s.name for s in self.worker.drop_shards(dead)]
 
-    def shard_bytes(self) -> dict[str, int]:
-        return {s.name: dir_bytes(f"{self.shards.root}/{s.name}") for s in self.shards.shards()}
-
-    def stats(self) -> dict:
+    def stats(self) -> SearchIndexStats:
         shards = self.shards
-        out = {
-            "index_bytes": sum(
+        worker = self.worker.stats if self.worker is not None else None
+        return SearchIndexStats(
+            index_bytes=sum(
                 dir_bytes(p) for p in (shards.root, shards.root + ".rebuild", shards.root + ".old")
             ),
-            "index_shards": len(shards.shards()),
-            "indexed_next_id": shards.indexed_next_id,
-            "events_not_indexed": sum(t.count for t in self._pending(shards.indexed_next_id)),
-        }
-        if self.worker is not None:
-            st = self.worker.stats
-            out["index_lag_seconds"] = st.last_lag
-            out["index_errors"] = st.errors
-        return out
+            index_shards=len(shards.shards()),
+            indexed_next_id=shards.indexed_next_id,
+            events_not_indexed=sum(t.count for t in self._pending(shards.indexed_next_id)),
+            index_lag_seconds=worker.last_lag if worker is not None else None,
+            index_errors=worker.errors if worker is not None else None,
+        )
 
     def close(self) -> None:
         if self.worker is not None:

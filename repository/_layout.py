@@ -5,9 +5,12 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from journals import TMP_SUFFIX
+
+__all__ = ["LOG_SUFFIX", "TMP_SUFFIX", "TOC_SUFFIX", "Layout"]
+
 LOG_SUFFIX = ".prov"
 TOC_SUFFIX = ".toc"
-TMP_SUFFIX = ".tmp"
 
 
 @dataclass(frozen=True)
@@ -51,20 +54,3 @@ class Layout:
 
     def toc_path(self, first_id: int) -> str:
         return os.path.join(self.logs, f"{first_id}{TOC_SUFFIX}")
-
-
-def write_atomic(path: str, data: bytes, sync: bool = True) -> None:
-    """Write a small file so readers see the old or the new content, never a mix."""
-    tmp = path + TMP_SUFFIX
-    with open(tmp, "wb") as f:
-        f.write(data)
-        if sync:
-            f.flush()
-            os.fsync(f.fileno())
-    os.replace(tmp, path)
-    if sync:
-        fd = os.open(os.path.dirname(path) or ".", os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)

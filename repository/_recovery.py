@@ -14,13 +14,13 @@ import logging
 import os
 from dataclasses import dataclass, field
 
-from journals import OPEN_SUFFIX, fsync_dir, host_tag
+from journals import fsync_dir, listdir, write_atomic
 
 from ._blocks import BLOCK_HEADER, BatchSlice, EventRun, decode_block
 from ._eventlog import read_log_header
 from ._idgen import IdGenerator
-from ._layout import LOG_SUFFIX, TMP_SUFFIX, TOC_SUFFIX, Layout, write_atomic
-from ._rollover import open_journals, pid_alive, sealed_journals
+from ._layout import LOG_SUFFIX, TMP_SUFFIX, TOC_SUFFIX, Layout
+from ._rollover import remove_abandoned, sealed_journals
 from ._store import LogStore
 from ._toc import TOC_VERSION, BatchRef, Toc, encode_toc
 
@@ -53,11 +53,11 @@ class RecoveryReport:
 def recover(layout: Layout, containers: list[str], store: LogStore) -> RecoveryReport:
     rep = RecoveryReport()
     for d in (layout.logs, layout.state):
-        for name in _listdir(d):
+        for name in listdir(d):
             if name.endswith(TMP_SUFFIX):
                 os.unlink(os.path.join(d, name))
                 rep.temp_files_removed.append(name)
-    names = set(_listdir(layout.logs))
+    names = set(listdir(layout.logs))
     for name in sorted(names):
         stem = name.rsplit(".", 1)[0]
         if name.endswith(TOC_SUFFIX) and f"{stem}{LOG_SUFFIX}" not in names:
@@ -93,23 +93,6 @@ def recover(layout: Layout, containers: list[str], store: LogStore) -> RecoveryR
     if rep.anything:
         log.info("recovery of %s: %s", layout.root, rep)
     return rep
-
-
-def remove_abandoned(containers: list[str]) -> list[str]:
-    """Delete open journals whose writer (on this host) is dead: they can never be sealed."""
-    host = host_tag()
-    removed = []
-    for path in open_journals(containers):
-        parts = os.path.basename(path)[: -len(OPEN_SUFFIX)].split("-")
-        if len(parts) < 4 or not parts[2].isdigit():
-            continue
-        if parts[1] == host and not pid_alive(int(parts[2])):
-            try:
-                os.unlink(path)
-                removed.append(path)
-            except FileNotFoundError:
-                continue
-    return removed
 
 
 def rebuild_toc(path: str) -> Toc:
@@ -210,10 +193,3 @@ def _extend_batches(batches: list[BatchRef], e: BatchSlice) -> None:
             b.association_count,
         )
     )
-
-
-def _listdir(d: str) -> list[str]:
-    try:
-        return os.listdir(d)
-    except FileNotFoundError:
-        return []

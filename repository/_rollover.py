@@ -12,23 +12,34 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from journals import (
     OPEN_SUFFIX,
     SEALED_SUFFIX,
+    BackgroundLoop,
     EventsPayload,
     JournalProblem,
     JournalReader,
     LineageBatch,
     fsync_dir,
+    gc_paused,
+    host_tag,
+    listdir,
 )
 
 from ._config import RepositoryConfig
 from ._errors import RepositoryError
-from ._eventlog import LogWriter
+from ._eventlog import LogReader, LogWriter
+from ._idgen import IdGenerator
 from ._layout import Layout
+from ._store import LogStore
 from ._toc import Toc
+from ._watch import JournalWatcher
+from ._writers import WriterPool
 
 log = logging.getLogger("provrepo.repository")
 
@@ -78,11 +89,7 @@ def sealed_journals(containers: list[str]) -> list[str]:
     """Paths of every sealed journal, in merge order (by name: creation time first)."""
     found = []
     for c in containers:
-        try:
-            names = os.listdir(c)
-        except FileNotFoundError:
-            continue
-        found.extend((n, os.path.join(c, n)) for n in names if n.endswith(SEALED_SUFFIX))
+        found.extend((n, os.path.join(c, n)) for n in listdir(c) if n.endswith(SEALED_SUFFIX))
     found.sort()
     return [p for _, p in found]
 
@@ -91,10 +98,7 @@ def open_journals(containers: list[str]) -> list[str]:
     """Paths of journals still being written (or abandoned by a writer that died)."""
     out = []
     for c in containers:
-        try:
-            out.extend(os.path.join(c, n) for n in os.listdir(c) if n.endswith(OPEN_SUFFIX))
-        except FileNotFoundError:
-            continue
+        out.extend(os.path.join(c, n) for n in listdir(c) if n.endswith(OPEN_SUFFIX))
     return sorted(out)
 
 
@@ -195,6 +199,23 @@ def _quarantine(layout: Layout, path: str) -> None:
         os.unlink(path)
 
 
+def remove_abandoned(containers: list[str]) -> list[str]:
+    """Delete open journals whose writer (on this host) is dead: they can never be sealed."""
+    host = host_tag()
+    removed = []
+    for path in open_journals(containers):
+        parts = os.path.basename(path)[: -len(OPEN_SUFFIX)].split("-")
+        if len(parts) < 4 or not parts[2].isdigit():
+            continue
+        if parts[1] == host and not pid_alive(int(parts[2])):
+            try:
+                os.unlink(path)
+                removed.append(path)
+            except FileNotFoundError:
+                continue
+    return removed
+
+
 def pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -203,3 +224,133 @@ def pid_alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+@dataclass
+class RolloverStats:
+    """What the last rollovers did (for stats and tests)."""
+
+    rollovers: int = 0
+    events_merged: int = 0
+    journals_merged: int = 0
+    records_skipped: int = 0  # duplicate task attempts dropped
+    journal_problems: int = 0
+    last_error: str | None = None
+    last_seconds: float = 0.0
+
+
+RolloverListener = Callable[[Toc], object]
+
+
+class Rollover:
+    """Merges sealed journals into event logs: on demand (`run`), and, once started, on the
+    rollover timer and as soon as a journal is sealed (watchdog), in one background loop.
+
+    Driver journals (the `WriterPool`) are sealed first, so what `register_events` wrote is
+    in the log a rollover commits. After each log, the listeners get its toc (the indexer,
+    age-off)."""
+
+    def __init__(
+        self,
+        layout: Layout,
+        config: RepositoryConfig,
+        containers: list[str],
+        store: LogStore,
+        ids: IdGenerator,
+        pool: WriterPool,
+    ) -> None:
+        self.layout = layout
+        self.config = config
+        self.containers = containers
+        self.stats = RolloverStats()
+        self._store = store
+        self._ids = ids
+        self._pool = pool
+        self._registry = AttemptRegistry()
+        self._lock = threading.Lock()
+        self._listeners: list[RolloverListener] = []
+        self._loop = BackgroundLoop(
+            "provrepo-rollover",
+            self._step,
+            interval=config.rollover_interval,
+            # A journal was sealed elsewhere: wait a moment so a burst merges as one log.
+            debounce=config.rollover_debounce,
+            backoff=True,
+            on_error=_loop_failed,
+        )
+        self._watcher: JournalWatcher | None = None
+
+    def load(self, tocs: list[Toc]) -> None:
+        """Learn which task attempts the committed logs kept (at open, before any merge)."""
+        self._registry.load(tocs)
+
+    def add_listener(self, callback: RolloverListener) -> None:
+        self._listeners.append(callback)
+
+    def run(self) -> int:
+        """Merge every sealed journal into a new event log now; returns the events merged."""
+        with self._lock:
+            started = time.perf_counter()
+            self._pool.seal_all()
+            journals = sealed_journals(self.containers)
+            if not journals:
+                return 0
+            first_id = self._ids.next_id
+            try:
+                with gc_paused():
+                    result = merge(self.layout, self.config, journals, first_id, self._registry)
+            except RolloverError as e:
+                self.stats.last_error = str(e)
+                raise
+            toc = result.toc
+            sync = self.config.sync != "none"
+            if toc is not None:
+                self._store.add(LogReader(self.layout.log_path(toc.first_id), toc))
+                try:
+                    self._ids.advance(toc.next_id, sync=sync)
+                except OSError as e:
+                    # The log is committed: its journals must still be retired, or the next
+                    # rollover would merge them twice. Recovery re-derives the mark at open.
+                    log.error("cannot persist the event id high-water mark: %s", e)
+            retire_journals(self.layout, journals, result.damaged, sync)
+            st = self.stats
+            st.rollovers += 1
+            st.events_merged += toc.count if toc else 0
+            st.journals_merged += len(journals)
+            st.records_skipped += result.skipped_records
+            st.journal_problems += len(result.problems)
+            st.last_error = None
+            st.last_seconds = time.perf_counter() - started
+        if toc is None:
+            return 0
+        for listener in list(self._listeners):
+            try:
+                listener(toc)
+            except Exception:
+                log.exception("rollover listener failed")
+        return toc.count
+
+    # -- in the background -------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Merge on the timer, on `request()`, and when another process seals a journal."""
+        self._loop.start()
+        self._watcher = JournalWatcher(self.containers, self._loop.wake)
+        self._watcher.start()
+
+    def request(self) -> None:
+        """Merge soon, without waiting (before `start`: nothing until the next `run`)."""
+        self._loop.wake()
+
+    def stop(self) -> None:
+        if self._watcher is not None:
+            self._watcher.stop()
+        self._loop.stop()
+
+    def _step(self) -> None:
+        self.run()
+        remove_abandoned(self.containers)
+
+
+def _loop_failed(e: Exception, retry_in: float) -> None:
+    log.error("rollover failed (retrying in %.0fs): %s", retry_in, e)

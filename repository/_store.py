@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import logging
-import os
 import threading
 from bisect import bisect_right
 from collections import OrderedDict
 from collections.abc import Iterator
 
-from journals import ProvenanceEvent
+from journals import ProvenanceEvent, listdir
 
 from ._blocks import Entry
 from ._eventlog import LogReader
@@ -38,10 +37,7 @@ class LogStore:
         """(Re)load every committed log from disk: a log counts once both .prov and .toc exist."""
         found: dict[int, LogReader] = {}
         problems = []
-        try:
-            names = os.listdir(self.layout.logs)
-        except FileNotFoundError:
-            names = []
+        names = listdir(self.layout.logs)
         provs = {n[: -len(LOG_SUFFIX)] for n in names if n.endswith(LOG_SUFFIX)}
         tocs = {n[: -len(TOC_SUFFIX)] for n in names if n.endswith(TOC_SUFFIX)}
         for stem in sorted(provs & tocs, key=_num):

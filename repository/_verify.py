@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 
-from journals import JournalReader
+from journals import JournalReader, listdir
 
 from ._blocks import BLOCK_HEADER, BlockError, decode_block
 from ._eventlog import read_log_header
@@ -13,14 +14,27 @@ from ._rollover import sealed_journals
 from ._toc import TocError, read_toc
 
 
-def verify(layout: Layout, containers: list[str]) -> tuple[list[str], dict]:
-    """(problems, counts). Problems name the file and offset of each fault found."""
+@dataclass(frozen=True)
+class VerifyReport:
+    """What `verify` checked, and every problem found (each names its file and offset)."""
+
+    problems: list[str]
+    logs: int
+    blocks: int
+    events: int
+    journals: int  # sealed journals not merged yet
+    frames: int  # in those journals
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+def verify(layout: Layout, containers: list[str]) -> VerifyReport:
+    """Check every event log, block, toc and sealed journal; change nothing."""
     problems: list[str] = []
     counts = {"logs": 0, "blocks": 0, "events": 0, "journals": 0, "frames": 0}
-    try:
-        names = sorted(os.listdir(layout.logs))
-    except FileNotFoundError:
-        names = []
+    names = sorted(listdir(layout.logs))
     stems = sorted(
         {n.rsplit(".", 1)[0] for n in names if n.endswith((LOG_SUFFIX, TOC_SUFFIX))},
         key=lambda s: int(s) if s.isdigit() else -1,
@@ -58,7 +72,7 @@ def verify(layout: Layout, containers: list[str]) -> tuple[list[str], dict]:
             problems.append(f"{path}: cannot read: {e.strerror}")
             continue
         problems.extend(str(p) for p in reader.problems)
-    return problems, counts
+    return VerifyReport(problems, **counts)
 
 
 def _verify_log(prov: str, toc, counts: dict) -> list[str]:

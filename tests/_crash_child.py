@@ -92,7 +92,7 @@ class _HalfFile:
 
 def install(point: str) -> None:
     import repository._eventlog as eventlog
-    import repository._repository as facade
+    import repository._rollover as rollover
     from repository._rollover import retire_journals
 
     if point in ("before-log-rename", "after-log-rename"):
@@ -118,14 +118,14 @@ def install(point: str) -> None:
 
         eventlog.LogWriter._drain_one = drain
     elif point == "before-retire":
-        facade.retire_journals = lambda *a, **k: die()
+        rollover.retire_journals = lambda *a, **k: die()
     elif point == "mid-retire":
 
         def retire(layout, journals, damaged, sync) -> None:
             retire_journals(layout, journals[:1], damaged, sync)
             die()
 
-        facade.retire_journals = retire
+        rollover.retire_journals = retire
     elif point != "none":
         raise SystemExit(f"unknown crash point {point}")
 

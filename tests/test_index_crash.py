@@ -80,7 +80,7 @@ def assert_exact(repo_path: str) -> None:
             got = repo.search(query=query, limit=100_000, **kwargs)
             assert [e.event_id for e in got] == brute(events, test=test, limit=100_000, **kwargs)
         st = repo.stats()
-        assert st["events_not_indexed"] == 0
+        assert st.events_not_indexed == 0
         assert manifest(repo_path)["indexed_next_id"] == repo.max_event_id + 1
 
 

@@ -182,7 +182,7 @@ def test_deleting_the_index_loses_nothing(tmp_path):
     with ProvenanceRepository.open(path) as repo:  # threaded: catches up in the background
         assert repo.wait_for_index(30)
         assert _all_results(repo) == before
-        assert repo.reindex() == repo.stats()["events"]
+        assert repo.reindex() == repo.stats().events
         assert _all_results(repo) == before
     assert not os.path.exists(str(path / "index") + ".rebuild")
     # The CLI rebuilds too, and a read-only search sees it.
@@ -208,13 +208,13 @@ def test_rollovers_are_indexed_by_the_thread(tmp_path):
         fill(repo, seed=5, rollovers=2, late=False)
         assert repo.wait_for_index(30)
         st_ = repo.stats()
-        assert st_["events_not_indexed"] == 0 and st_["index_bytes"] > 0
-        assert st_["index_lag_seconds"] is not None and st_["index_lag_seconds"] < 2
+        assert st_.events_not_indexed == 0 and st_.index_bytes > 0
+        assert st_.index_lag_seconds is not None and st_.index_lag_seconds < 2
         n = len(repo.search(limit=100_000))
-        assert n == st_["events"]
+        assert n == st_.events
     # close() indexed the final rollover: a read-only search sees everything.
     with ProvenanceRepository.open(tmp_path / "r", read_only=True) as ro:
-        assert ro.stats()["events_not_indexed"] == 0
+        assert ro.stats().events_not_indexed == 0
 
 
 @pytest.mark.parametrize(
@@ -355,6 +355,6 @@ def test_an_index_of_another_version_is_rebuilt(tmp_path):
     m = json.loads(manifest.read_text())
     manifest.write_text(json.dumps({**m, "version": 1}))
     with ProvenanceRepository.open(path, read_only=True) as ro:
-        assert ro.search() == [] and ro.stats()["events_not_indexed"] > 0
+        assert ro.search() == [] and ro.stats().events_not_indexed > 0
     with ProvenanceRepository.open(path, start_threads=False) as repo:
         assert _all_results(repo) == before

@@ -44,7 +44,7 @@ def test_four_writers_while_rolling_over(tmp_path):
             assert np.array_equal(mine, np.arange(EVENTS)), w  # all, once, in order
         for e in events[:: EVENTS // 7]:  # and the attributes agree with the record id
             assert e.attributes == {"w": str(e.partition), "seq": str(e.record_id % STRIDE)}
-        assert repo.stats()["journals_pending"] == 0
+        assert repo.stats().journals_pending == 0
 
 
 def test_journals_sealed_by_another_process_are_merged_promptly(tmp_path):
@@ -59,8 +59,8 @@ def test_journals_sealed_by_another_process_are_merged_promptly(tmp_path):
         # durable when sealed), so wait for both, not for the id alone.
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline and (
-            repo.max_event_id < 3000 or repo.stats()["journals_pending"]
+            repo.max_event_id < 3000 or repo.stats().journals_pending
         ):
             time.sleep(0.02)
         assert repo.max_event_id == 3000
-        assert repo.stats()["journals_pending"] == 0
+        assert repo.stats().journals_pending == 0

@@ -8,35 +8,27 @@ line and exit 2.
 from __future__ import annotations
 
 import argparse
-import os
 import re
-import sys
+from collections.abc import Iterator
 
-from ._cli_common import duration, non_negative_int, open_read_only, print_json_lines
-from ._config import RepositoryConfig, parse_size
-from ._errors import BadInput, NotFound
-from ._layout import Layout
-from ._repository import ProvenanceRepository
+from .. import AgeOffReport, BadInput, ProvenanceRepository
+from ._args import (
+    Subparsers,
+    add_json_flag,
+    attribute,
+    non_negative_int,
+    open_owner,
+    open_read_only,
+    positive_duration,
+    positive_size,
+)
+from ._output import Output
 
 EXIT_OK, EXIT_FAIL = 0, 1
 
 
-def _attr(text: str) -> tuple[str, str]:
-    name, sep, value = text.partition("=")
-    if not sep or not name:
-        raise argparse.ArgumentTypeError(f"{text!r} is not NAME=VALUE")
-    return name, value
-
-
-def _open_owner(path: str) -> ProvenanceRepository:
-    """Open an existing repository as its owner, without background threads."""
-    layout = Layout(os.path.abspath(path))
-    if not os.path.isdir(layout.logs) and not os.path.exists(layout.config):
-        raise NotFound(f"no provenance repository at {layout.root}")
-    return ProvenanceRepository.open(path, start_threads=False)
-
-
-def cmd_search(args) -> int:
+def cmd_search(args: argparse.Namespace) -> int:
+    out: Output = args.output
     attributes = dict(args.attr) if args.attr else None
     with open_read_only(args.repo) as repo:
         events = repo.search(
@@ -50,71 +42,53 @@ def cmd_search(args) -> int:
             limit=args.limit,
             newest_first=not args.oldest_first,
         )
-        print_json_lines(ev.to_dict() for ev in events)
+        out.json_lines(ev.to_dict() for ev in events)
         st = repo.stats()
-        if st["events_not_indexed"]:
-            print(
-                f"provrepo: note: {st['events_not_indexed']:,} events (ids from "
-                f"{st['indexed_next_id']}) are not indexed yet, so not searched; the owner "
-                "indexes them shortly, and `provrepo reindex` rebuilds the index",
-                file=sys.stderr,
+        if st.events_not_indexed:
+            out.note(
+                f"{st.events_not_indexed:,} events (ids from {st.indexed_next_id}) are not "
+                "indexed yet, so not searched; the owner indexes them shortly, and "
+                "`provrepo reindex` rebuilds the index"
             )
     return EXIT_OK
 
 
-def cmd_reindex(args) -> int:
-    with _open_owner(args.repo) as repo:
+def cmd_reindex(args: argparse.Namespace) -> int:
+    out: Output = args.output
+    with open_owner(args.repo) as repo:
         n = repo.reindex(progress=not args.quiet)
         st = repo.stats()
-    print(f"reindexed {n:,} events into {st['index_shards']} shard(s), {st['index_bytes']:,} bytes")
+    out.text([f"reindexed {n:,} events into {st.index_shards} shard(s), {st.index_bytes:,} bytes"])
     return EXIT_OK
 
 
-def cmd_age_off(args) -> int:
+def cmd_age_off(args: argparse.Namespace) -> int:
+    out: Output = args.output
     if args.max_age is None and args.max_bytes is None:
         # Checked before opening: opening as owner recovers and rolls over (bad input
         # changes nothing).
-        layout = Layout(os.path.abspath(args.repo))
-        config = RepositoryConfig.load(layout.config) if os.path.exists(layout.config) else None
+        config = ProvenanceRepository.stored_config(args.repo)
         if config is None or (config.max_storage_time is None and config.max_storage_bytes is None):
-            if not os.path.isdir(layout.logs) and config is None:
-                raise NotFound(f"no provenance repository at {layout.root}")
             raise BadInput("no age-off limit: give --max-age or --max-bytes (none is configured)")
-    with _open_owner(args.repo) as repo:
+    with open_owner(args.repo) as repo:
         rep = repo.age_off(max_age=args.max_age, max_bytes=args.max_bytes)
-    if args.json:
-        print_json_lines([rep.to_dict()])
-    else:
-        ids = ", ".join(f"{lo}..{hi - 1}" for lo, hi in rep.deleted_logs) or "none"
-        print(
-            f"deleted {len(rep.deleted_logs)} log(s) ({rep.events_deleted:,} events, ids {ids}) "
-            f"and {len(rep.deleted_shards)} index shard(s); "
-            f"{rep.bytes_before:,} -> {rep.bytes_after:,} bytes"
-        )
+    out.result(rep.to_dict(), lambda: _age_off_text(rep))
     if rep.unmet:
-        print(f"provrepo: warning: {rep.unmet}", file=sys.stderr)
+        out.warn(rep.unmet)
         return EXIT_FAIL
     return EXIT_OK
 
 
-def _size(text: str) -> int:
-    try:
-        v = parse_size(text, "--max-bytes")
-    except BadInput as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
-    if v <= 0:
-        raise argparse.ArgumentTypeError("--max-bytes must be positive")
-    return v
+def _age_off_text(rep: AgeOffReport) -> Iterator[str]:
+    ids = ", ".join(f"{lo}..{hi - 1}" for lo, hi in rep.deleted_logs) or "none"
+    yield (
+        f"deleted {len(rep.deleted_logs)} log(s) ({rep.events_deleted:,} events, ids {ids}) "
+        f"and {len(rep.deleted_shards)} index shard(s); "
+        f"{rep.bytes_before:,} -> {rep.bytes_after:,} bytes"
+    )
 
 
-def _positive_duration(text: str) -> float:
-    v = duration(text)
-    if v <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must be positive")
-    return v
-
-
-def register(sub) -> None:
+def register(sub: Subparsers) -> None:
     """Add the search, reindex and age-off commands to the `provrepo` parser."""
     p = sub.add_parser(
         "search",
@@ -133,7 +107,11 @@ def register(sub) -> None:
     p.add_argument("--component", action="append", metavar="C", help="component id (repeatable)")
     p.add_argument("--run", action="append", metavar="R", help="run id (repeatable)")
     p.add_argument(
-        "--attr", action="append", type=_attr, metavar="K=V", help="attribute equals (repeatable)"
+        "--attr",
+        action="append",
+        type=attribute,
+        metavar="K=V",
+        help="attribute equals (repeatable)",
     )
     p.add_argument("--query", metavar="Q", help="Tantivy query over the indexed fields")
     p.add_argument("--limit", type=non_negative_int, default=100, help="at most this many (100)")
@@ -148,8 +126,10 @@ def register(sub) -> None:
     p = sub.add_parser("age-off", help="delete the oldest event logs now, by age and/or total size")
     p.add_argument("repo")
     p.add_argument(
-        "--max-age", type=_positive_duration, metavar="DURATION", help="e.g. 7d (or configured)"
+        "--max-age", type=positive_duration, metavar="DURATION", help="e.g. 7d (or configured)"
     )
-    p.add_argument("--max-bytes", type=_size, metavar="SIZE", help="e.g. 10GiB (or configured)")
-    p.add_argument("--json", action="store_true", help="the report as one JSON object")
+    p.add_argument(
+        "--max-bytes", type=positive_size, metavar="SIZE", help="e.g. 10GiB (or configured)"
+    )
+    add_json_flag(p, "the report as one JSON object")
     p.set_defaults(func=cmd_age_off)

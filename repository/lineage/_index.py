@@ -11,14 +11,12 @@ to the same partition when the run's descriptor says the dependency is narrow.
 from __future__ import annotations
 
 import json
-import mmap
 import os
 import pickle
 import threading
 from bisect import bisect_right
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from urllib.parse import urlparse
 
 import numpy as np
 
@@ -31,9 +29,10 @@ from journals import (
     unpack_record_ids,
 )
 
-from ._blocks import BatchSlice
-from ._errors import NotFound
-from ._store import LogStore
+from .._blocks import BatchSlice
+from .._errors import NotFound
+from .._store import LogStore
+from ._raw import read_ranges
 
 PARTITION_BITS = MAX_PARTITION.bit_length()
 
@@ -321,6 +320,26 @@ class LineageIndex:
                 return base + lo
         return None
 
+    def newest_run_with(self, record_id: int) -> str | None:
+        """The newest run that stores this record (None if no run does)."""
+        for candidate in reversed(self.runs()):
+            if self.event_ids(candidate, np.array([record_id]))[0]:
+                return candidate
+        return None
+
+    def find_record_at(
+        self, path: str, offset: int, run: str | None = None
+    ) -> tuple[str, int] | None:
+        """(run, record id) of the text-input line holding byte `offset` of `path`, in `run`
+        (NotFound if there is no such run) or else the newest run that read it."""
+        if run is not None:
+            self.run_info(run)  # NotFound names the runs there are
+        for candidate in [run] if run is not None else list(reversed(self.runs())):
+            rid = self.record_at(candidate, path, offset)
+            if rid is not None:
+                return candidate, rid
+        return None
+
     def _location(self, run: str, record_id: int) -> Location | None:
         (ev,) = self.events(run, np.array([record_id], dtype=np.int64))
         return ev.location if ev is not None else None
@@ -442,7 +461,7 @@ class LineageIndex:
         for part in self.partitions(run, cp):
             base = record_id_base(cp, part)
             for loc in self.locs(run, cp, part):
-                starts, flat = self._batch_parents(loc)
+                starts, flat = self.batch_parents(loc)
                 hit = np.flatnonzero(np.isin(flat, parents))
                 if not len(hit):
                     continue
@@ -461,7 +480,7 @@ class LineageIndex:
         return [c for c in info.capture_points if c != cp]
 
     def _children_in(self, run, cp, part, loc: BatchLoc, parents: np.ndarray) -> np.ndarray:
-        starts, flat = self._batch_parents(loc)
+        starts, flat = self.batch_parents(loc)
         if not len(flat):
             return np.array([], dtype=np.int64)
         if len(parents) <= 8:  # a few ids: equality passes beat isin's sort
@@ -476,7 +495,7 @@ class LineageIndex:
         rec = np.unique(np.searchsorted(starts, hit, side="right") - 1)
         return record_id_base(cp, part) + loc.pos_start + rec
 
-    def _batch_parents(self, loc: BatchLoc) -> tuple[np.ndarray, np.ndarray]:
+    def batch_parents(self, loc: BatchLoc) -> tuple[np.ndarray, np.ndarray]:
         """A whole batch's CSR parents as two arrays (for forward scans), cached by bytes."""
         key = (loc.log_first, loc.first_event_id)
         with self._lock:
@@ -527,7 +546,7 @@ class LineageIndex:
         if reader is None:
             return
         event_ids = np.sort(event_ids)
-        blocks = np.searchsorted(reader._block_ids, event_ids, side="right") - 1
+        blocks = reader.block_indexes(event_ids)
         for bi in np.unique(blocks).tolist():
             in_block = event_ids[blocks == bi]
             for sl in self._block_slices(reader, bi):
@@ -591,33 +610,6 @@ def _value(sl: _Slice, li: int):
         return pickle.loads(raw)
     except Exception:  # a value that cannot be rebuilt here is shown as its bytes
         return raw
-
-
-def read_ranges(uri: str, spans: list[tuple[int, int, object]]) -> list[str | None]:
-    """The records at (offset, length) spans of a local/shared file, decoded, without their
-    line terminators; None for every span if the file cannot be read."""
-    path = urlparse(uri).path if uri.startswith("file://") else uri
-    try:
-        with open(path, "rb") as f:
-            if len(spans) > 8 and os.fstat(f.fileno()).st_size:
-                # Many records: slice a read-only map instead of a seek and a read each.
-                with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
-                    return [
-                        mm[o : o + max(0, n)].rstrip(b"\r\n").decode("utf-8", "replace")
-                        for o, n, *_ in spans
-                    ]
-            out = []
-            for offset, length, *_ in spans:
-                f.seek(offset)
-                out.append(f.read(max(0, length)).rstrip(b"\r\n").decode("utf-8", "replace"))
-            return out
-    except (OSError, ValueError):
-        return [None] * len(spans)
-
-
-def read_range(uri: str, offset: int, length: int) -> str | None:
-    """The bytes of one record in a local/shared file, decoded, without its line terminator."""
-    return read_ranges(uri, [(offset, length)])[0]
 
 
 def _gather_ranges(values: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:

@@ -4,77 +4,52 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
+from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 
-from journals import pack_record_id, unpack_record_ids
+from journals import unpack_record_ids
 
-from ._cli_common import non_negative_int, open_read_only, positive_int, print_json_lines
-from ._errors import NotFound
-from ._repository import ProvenanceRepository
-
-_TRIPLE = re.compile(r"^(\d+):(\d+):(\d+)$")
-_AT = re.compile(r"^(.+)@(\d+)$")
-
-
-def record_id(text: str) -> int:
-    """A record id: an integer, or capture_point:partition:position."""
-    m = _TRIPLE.match(text.strip())
-    try:
-        if m:
-            return pack_record_id(int(m[1]), int(m[2]), int(m[3]))
-        value = int(text)
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(f"{text!r}: {e}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{text!r}: record ids are not negative")
-    return value
+from .. import NotFound, ProvenanceRepository, RunInfo
+from ._args import (
+    add_json_flag,
+    non_negative_int,
+    open_read_only,
+    positive_int,
+    record_ref,
+    triple,
+)
+from ._output import Output
 
 
-def record_ref(text: str) -> int | tuple[str, int]:
-    """A record id as `record_id` takes it, or FILE@OFFSET: the text-input line holding that
-    byte of that file (resolved against the repository later)."""
-    m = _AT.match(text)
-    if m and not _TRIPLE.match(text.strip()):
-        return m[1], int(m[2])
-    return record_id(text)
-
-
-def _resolve(repo: ProvenanceRepository, run: str | None, ref: int | tuple[str, int]):
+def _resolve(
+    repo: ProvenanceRepository, run: str | None, ref: int | tuple[str, int]
+) -> tuple[str, int]:
     """(run, record id) of a reference; FILE@OFFSET is looked up in the run (default: the
     newest run that read that file at that offset)."""
+    index = repo.lineage
     if isinstance(ref, int):
-        return _run_for(repo, run, ref), ref
+        if run is not None:
+            index.run_info(run)  # raises NotFound naming the runs there are
+            return run, ref
+        found = index.newest_run_with(ref)
+        if found is None:
+            raise NotFound(f"no run of {repo.path} stores record {_fmt(ref)}")
+        return found, ref
     path, offset = ref
-    index = repo.lineage
-    if run is not None:
-        index.run_info(run)  # NotFound names the runs there are
-    for candidate in [run] if run is not None else list(reversed(index.runs())):
-        rid = index.record_at(candidate, path, offset)
-        if rid is not None:
-            return candidate, rid
-    raise NotFound(f"no run of {repo.path} read byte {offset} of {path}")
-
-
-def _run_for(repo: ProvenanceRepository, run: str | None, rid: int) -> str:
-    index = repo.lineage
-    if run is not None:
-        index.run_info(run)  # raises NotFound naming the runs there are
-        return run
-    # The newest run that stores this record.
-    for candidate in reversed(index.runs()):
-        if index.event_ids(candidate, np.array([rid]))[0]:
-            return candidate
-    raise NotFound(f"no run of {repo.path} stores record {_fmt(rid)}")
+    at = index.find_record_at(path, offset, run)
+    if at is None:
+        raise NotFound(f"no run of {repo.path} read byte {offset} of {path}")
+    return at
 
 
 def _fmt(rid: int) -> str:
-    cp, part, pos = (int(x[0]) for x in unpack_record_ids(np.array([rid])))
-    return f"{rid} ({cp}:{part}:{pos})"
+    return f"{rid} ({triple(rid)})"
 
 
-def cmd_trace(args) -> int:
+def cmd_trace(args: argparse.Namespace) -> int:
+    out: Output = args.output
     with open_read_only(args.repo) as repo:
         index = repo.lineage
         run, rid = _resolve(repo, args.run, args.record_id)
@@ -109,11 +84,11 @@ def cmd_trace(args) -> int:
             if data is not None:
                 row["data"] = _jsonable(data[k])
             rows.append(row)
-        print_json_lines(rows)
+        out.json_lines(rows)
     return 0
 
 
-def _jsonable(value):
+def _jsonable(value: Any) -> Any:
     try:
         json.dumps(value)
         return value
@@ -121,50 +96,52 @@ def _jsonable(value):
         return repr(value)
 
 
-def cmd_runs(args) -> int:
+def cmd_runs(args: argparse.Namespace) -> int:
+    out: Output = args.output
     with open_read_only(args.repo) as repo:
         index = repo.lineage
-        runs = index.runs()
-        infos = [index.run_info(r) for r in runs]
-    if args.json:
-        print_json_lines(
+        infos = [index.run_info(r) for r in index.runs()]
+    out.result([_run_dict(i) for i in infos], lambda: _runs_text(infos))
+    return 0
+
+
+def _run_dict(i: RunInfo) -> dict[str, Any]:
+    return {
+        "run_id": i.run_id,
+        "events": [i.first_event_id, i.last_event_id],
+        "records": i.records,
+        "capture_points": [
             {
-                "run_id": i.run_id,
-                "events": [i.first_event_id, i.last_event_id],
-                "records": i.records,
-                "capture_points": [
-                    {
-                        "capture_point": c.number,
-                        "component_id": c.component_id,
-                        "component_type": c.component_type,
-                        "event_type": c.event_type,
-                        "parents": c.parents,
-                        "dependency": c.dependency,
-                        "records": c.records,
-                        "associations": c.associations,
-                    }
-                    for c in i.capture_points.values()
-                ],
+                "capture_point": c.number,
+                "component_id": c.component_id,
+                "component_type": c.component_type,
+                "event_type": c.event_type,
+                "parents": c.parents,
+                "dependency": c.dependency,
+                "records": c.records,
+                "associations": c.associations,
             }
-            for i in infos
-        )
-        return 0
+            for c in i.capture_points.values()
+        ],
+    }
+
+
+def _runs_text(infos: list[RunInfo]) -> Iterator[str]:
     if not infos:
-        print("no lineage runs")
-        return 0
+        yield "no lineage runs"
     for i in infos:
-        print(f"{i.run_id}  events {i.first_event_id}..{i.last_event_id}  {i.records:,} records")
+        yield f"{i.run_id}  events {i.first_event_id}..{i.last_event_id}  {i.records:,} records"
         for c in i.capture_points.values():
             parents = ",".join(map(str, c.parents)) or "-"
-            print(
+            yield (
                 f"  cp {c.number:<4} {c.component_id:<28} {c.component_type:<14} "
                 f"{c.event_type:<8} {c.records:>12,} records {c.associations:>12,} parents  "
                 f"<- {parents} ({c.dependency})"
             )
-    return 0
 
 
-def cmd_culprits(args) -> int:
+def cmd_culprits(args: argparse.Namespace) -> int:
+    out: Output = args.output
     with open_read_only(args.repo) as repo:
         if args.run is not None:
             repo.lineage.run_info(args.run)  # NotFound names the runs there are
@@ -177,7 +154,7 @@ def cmd_culprits(args) -> int:
             else:
                 row["data"] = _jsonable(row["data"])
             rows.append(row)
-        print_json_lines(rows)
+        out.json_lines(rows)
     return 0
 
 
@@ -204,5 +181,5 @@ def register(sub) -> None:
 
     p = sub.add_parser("runs", help="lineage runs, their capture points and record counts")
     p.add_argument("repo")
-    p.add_argument("--json", action="store_true", help="JSON lines instead of text")
+    add_json_flag(p, "JSON lines instead of text")
     p.set_defaults(func=cmd_runs)

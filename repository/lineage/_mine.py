@@ -87,11 +87,10 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from journals import MAX_PARTITION, record_id_base, unpack_record_ids
-from journals._ids import POSITION_BITS
+from journals import MAX_PARTITION, MAX_POSITION, record_id_base, unpack_record_ids
 
-from ._errors import BadInput, NotFound
-from ._lineage import RUN_COMPONENT_TYPE, LineageIndex, RunInfo
+from .._errors import BadInput, NotFound
+from ._index import RUN_COMPONENT_TYPE, LineageIndex, RunInfo
 
 THRESHOLD = 3.5  # Iglewicz and Hoaglin's cut-off for modified z-scores
 _MAD_TO_SD = 1.4826  # 1 / 0.6745: MAD -> standard deviation for normal data
@@ -308,7 +307,7 @@ def _in_degree_counts(index: LineageIndex, run: str, cp: int) -> tuple[np.ndarra
     flats = []
     for part in index.partitions(run, cp):
         for loc in index.locs(run, cp, part):
-            flats.append(index._batch_parents(loc)[1])
+            flats.append(index.batch_parents(loc)[1])
     if not flats:
         return np.array([], dtype=np.int64), np.array([], dtype=np.int64)
     return np.unique(np.concatenate(flats), return_counts=True)
@@ -334,7 +333,7 @@ class _Inst:
         self.n = len(self.stored)
         ids, cnt = counts
         lo = np.searchsorted(ids, self.base)
-        hi = np.searchsorted(ids, self.base + (1 << POSITION_BITS))
+        hi = np.searchsorted(ids, self.base + MAX_POSITION + 1)
         self.deg = np.zeros(self.n, dtype=np.int64)
         if hi > lo and self.n:
             # Parents the directory does not hold (aged off) are no inputs of this instance.

@@ -14,16 +14,17 @@ failing attempt's lineage is never merged.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
+from indexer import Predicates
 from journals import EventType, ProvenanceEvent, unpack_record_ids
 
-from ._lineage import read_range
-
-if TYPE_CHECKING:
-    from ._repository import ProvenanceRepository
+from .._indexing import RepositoryIndex
+from .._store import LogStore
+from ._index import LineageIndex
+from ._raw import read_range
 
 
 @dataclass
@@ -59,24 +60,28 @@ class Culprit:
 
 
 def find_culprits(
-    repo: ProvenanceRepository, run: str | None = None, with_data: bool = False
+    store: LogStore,
+    index: RepositoryIndex,
+    lineage: LineageIndex,
+    run: str | None = None,
+    with_data: bool = False,
 ) -> list[Culprit]:
-    """Culprits of one run (default: every run), oldest first."""
-    repo.wait_for_index(timeout=30)
+    """Culprits of one run (default: every run), oldest first: FAIL events found through the
+    search `index`, and past its checkpoint read from the `store`; data from `lineage`."""
+    index.wait(timeout=30)
     # The index may lag (a read-only open beside a busy owner does not wait for it): search
     # what is indexed, and read the rest of the log, so no culprit is missed or repeated.
-    indexed = repo._indexed_next_id()
+    indexed = index.indexed_next_id()
+    fails = Predicates(
+        event_types=frozenset([EventType.FAIL.value]),
+        runs=frozenset([run]) if run is not None else None,
+    )
     events = [
         ev
-        for ev in repo.search(
-            event_types=[EventType.FAIL.value],
-            runs=[run] if run is not None else None,
-            limit=1_000_000,
-            newest_first=False,
-        )
+        for ev in index.search(fails, limit=1_000_000, newest_first=False)
         if ev.event_id < indexed
     ]
-    events.extend(_fails_from(repo, indexed, run))
+    events.extend(_fails_from(store, indexed, run))
     found: dict[tuple, Culprit] = {}
     first_event: dict[tuple, ProvenanceEvent] = {}
     for ev in events:
@@ -106,7 +111,7 @@ def find_culprits(
             if c.record_id >= 0:
                 by_run.setdefault(c.run_id, []).append(c)
         for run_id, cs in by_run.items():
-            data = repo.lineage.record_data(run_id, np.array([c.record_id for c in cs]))
+            data = lineage.record_data(run_id, np.array([c.record_id for c in cs]))
             for c, d in zip(cs, data):
                 c.data = d
         for key, c in found.items():
@@ -115,11 +120,11 @@ def find_culprits(
     return culprits
 
 
-def _fails_from(repo: ProvenanceRepository, first_id: int, run: str | None) -> list:
+def _fails_from(store: LogStore, first_id: int, run: str | None) -> list[ProvenanceEvent]:
     """FAIL events of `run` (any run if None) with ids from `first_id`, read from the log."""
     return [
         ev
-        for chunk in repo._store.chunks_from(first_id)
+        for chunk in store.chunks_from(first_id)
         for ev in chunk
         if ev.event_type is EventType.FAIL and (run is None or ev.run_id == run)
     ]

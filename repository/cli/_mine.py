@@ -3,64 +3,57 @@
 from __future__ import annotations
 
 import argparse
-import math
+from collections.abc import Iterator
+from typing import Any
 
-import numpy as np
-
-from journals import unpack_record_ids
-
-from ._cli_common import open_read_only, positive_int, print_json_lines
-from ._cli_lineage import record_id
-from ._errors import NotFound
-from ._mine import THRESHOLD, ActorInstance, MineReport
-
-
-def _positive_float(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not (math.isfinite(v) and v > 0):
-        raise argparse.ArgumentTypeError(f"{text!r} must be a positive number")
-    return v
+from .. import ActorInstance, MineReport, NotFound, ProvenanceRepository
+from ._args import (
+    Subparsers,
+    add_json_flag,
+    open_read_only,
+    positive_float,
+    positive_int,
+    record_id,
+    triple,
+)
+from ._output import Output
 
 
-def _pick_run(repo, run: str | None, ids: list[int]) -> str:
+def _pick_run(repo: ProvenanceRepository, run: str | None, ids: list[int]) -> str:
     index = repo.lineage
     if run is not None:
         return run  # mine() checks it and names the runs there are
     if not ids:
         return index.latest_run()
-    for candidate in reversed(index.runs()):  # the newest run that stores the first id
-        if index.event_ids(candidate, np.array(ids[:1]))[0]:
-            return candidate
-    raise NotFound(f"no run of {repo.path} stores record {ids[0]}; give --run")
+    found = index.newest_run_with(ids[0])
+    if found is None:
+        raise NotFound(f"no run of {repo.path} stores record {ids[0]}; give --run")
+    return found
 
 
-def cmd_mine(args) -> int:
+def cmd_mine(args: argparse.Namespace) -> int:
+    out: Output = args.output
     with open_read_only(args.repo) as repo:
         bad, good = args.bad or None, args.good or None
         run = _pick_run(repo, args.run, (bad or []) + (good or []))
-        report = repo.mine(run, bad, good, threshold=args.threshold)
+        options = {} if args.threshold is None else {"threshold": args.threshold}
+        report = repo.mine(run, bad, good, **options)
     rows = list(report.instances if args.all else report.suspects)
     if args.limit is not None:
         rows = rows[: args.limit]
-    if args.json:
-        ranks = {id(i): r for r, i in enumerate(report.instances, 1)}
-        print_json_lines(
-            [
-                {
-                    **report.to_dict(),
-                    "instances": [{"rank": ranks[id(i)], **i.to_dict()} for i in rows],
-                }
-            ]
-        )
-        return 0
-    _print_text(report, rows)
+    out.result(_mine_dict(report, rows), lambda: _mine_text(report, rows))
     return 0
 
 
-def _print_text(report: MineReport, rows: list[ActorInstance]) -> None:
+def _mine_dict(report: MineReport, rows: list[ActorInstance]) -> dict[str, Any]:
+    ranks = {id(i): r for r, i in enumerate(report.instances, 1)}
+    return {
+        **report.to_dict(),
+        "instances": [{"rank": ranks[id(i)], **i.to_dict()} for i in rows],
+    }
+
+
+def _mine_text(report: MineReport, rows: list[ActorInstance]) -> Iterator[str]:
     scope = {
         "all": "every actor instance",
         "bad": f"instances on the trace of {len(report.bad_outputs)} bad output(s)",
@@ -69,13 +62,13 @@ def _print_text(report: MineReport, rows: list[ActorInstance]) -> None:
             f"against {len(report.good_outputs)} good one(s)"
         ),
     }[report.mode]
-    print(
+    yield (
         f"run {report.run_id}: {len(report.instances)} of {report.run_instances} actor "
         f"instances ({scope}); {len(report.suspects)} suspect(s), score >= "
         f"{report.threshold:g}"
     )
     for note in report.notes:
-        print(f"note: {note}")
+        yield f"note: {note}"
     if not rows:
         return
     ranks = {id(i): r for r, i in enumerate(report.instances, 1)}
@@ -85,7 +78,7 @@ def _print_text(report: MineReport, rows: list[ActorInstance]) -> None:
         f"{'mult':>7} {'(med)':>7} {'sel':>5} {'(med)':>6} {'outl':>5} "
         f"{'z_mult':>7} {'z_sel':>6} {'z_outl':>6}"
     )
-    print(head + ("  bad/good out-degree" if contrast else ""))
+    yield head + ("  bad/good out-degree" if contrast else "")
     for i in rows:
         name = f"{i.component_id} <- {i.parent_component_id} [{i.partition}]"
         line = (
@@ -96,23 +89,19 @@ def _print_text(report: MineReport, rows: list[ActorInstance]) -> None:
         )
         if contrast:
             line += f"  {_opt(i.bad_multiplicity, 0, 1)} / {_opt(i.good_out_degree, 0, 1)}"
-        print(line)
+        yield line
         examples = i.trace_examples or i.outlier_examples
         if examples:
             what = "inputs on the bad trace" if i.trace_examples else "outlying inputs"
-            print(f"{'':>14}{what}: {' '.join(_triple(r) for r in examples)}")
-
-
-def _triple(rid: int) -> str:
-    cp, part, pos = (int(x[0]) for x in unpack_record_ids(np.array([rid])))
-    return f"{cp}:{part}:{pos}"
+            yield f"{'':>14}{what}: {' '.join(triple(r) for r in examples)}"
 
 
 def _opt(v: float | None, width: int, digits: int) -> str:
     return f"{'-':>{width}}" if v is None else f"{v:>{width}.{digits}f}"
 
 
-def register(sub) -> None:
+def register(sub: Subparsers) -> None:
+    """Add the mine command to the `provrepo` parser."""
     p = sub.add_parser(
         "mine",
         help="rank a run's actor instances by anomalous output multiplicity (Newt's mine)",
@@ -125,10 +114,8 @@ def register(sub) -> None:
     p.add_argument(
         "--good", nargs="+", type=record_id, metavar="ID", help="good outputs: rank bad vs. good"
     )
-    p.add_argument(
-        "--threshold", type=_positive_float, default=THRESHOLD, help="suspect score (3.5)"
-    )
+    p.add_argument("--threshold", type=positive_float, default=None, help="suspect score (3.5)")
     p.add_argument("--all", action="store_true", help="every instance considered, not suspects")
     p.add_argument("--limit", type=positive_int, default=None, help="at most this many rows")
-    p.add_argument("--json", action="store_true", help="one JSON object instead of text")
+    add_json_flag(p, "one JSON object instead of text")
     p.set_defaults(func=cmd_mine)
