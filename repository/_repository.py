@@ -135,6 +135,10 @@ class ProvenanceRepository:
         self._ids = IdGenerator(self.layout)
         self._registry = AttemptRegistry()
         self._rollover_lock = threading.Lock()
+        # Rollovers asked for (request_rollover) and served; lookups catch up on the difference.
+        self._requests_lock = threading.Lock()
+        self._requested = 0
+        self._served = 0
         self._pool = _WriterPool(
             self.writer_spec(), len(self.containers) * config.journals_per_container
         )
@@ -287,9 +291,11 @@ class ProvenanceRepository:
         self._check_writable(allow_closing=True)
         with self._rollover_lock:
             started = time.perf_counter()
+            asked = self._requested  # everything asked for so far is sealed before the listing
             self._pool.seal_all()
             journals = sealed_journals(self.containers)
             if not journals:
+                self._served = max(self._served, asked)
                 return 0
             first_id = self._ids.next_id
             try:
@@ -316,6 +322,7 @@ class ProvenanceRepository:
             st.journal_problems += len(result.problems)
             st.last_error = None
             st.last_seconds = time.perf_counter() - started
+            self._served = max(self._served, asked)
         if toc is not None:
             for listener in list(self._listeners):
                 try:
@@ -425,17 +432,27 @@ class ProvenanceRepository:
     def lineage(self) -> LineageIndex:
         """Record-level lineage over the stored events (runs, hops, raw data)."""
         if self._lineage is None:
-            self._lineage = LineageIndex(self._store)
+            self._lineage = LineageIndex(self._store, self._catch_up)
         return self._lineage
 
     def culprits(self, run: str | None = None, with_data: bool = False) -> list[Culprit]:
         """Input records whose processing raised (FAIL events), once per record and error."""
+        self._catch_up()
         return find_culprits(self, run, with_data)
 
     def request_rollover(self) -> None:
         """Ask the rollover thread to merge soon, without waiting (e.g. when a Spark action
-        ends). A repository opened without threads merges at the next `rollover()`."""
+        ends). A repository opened without threads merges at the next `rollover()`, or at the
+        next lineage lookup (`lineage`, `culprits`, `mine`), which catches up first."""
+        with self._requests_lock:
+            self._requested += 1
         self._wake.set()
+
+    def _catch_up(self) -> None:
+        """Merge now if a rollover was asked for and not done yet (a lookup right after an
+        action sees its lineage); if the rollover thread is merging, wait for it."""
+        if not self.read_only and not self._closed and self._served < self._requested:
+            self.rollover()
 
     def mine(
         self, run: str, bad_outputs=None, good_outputs=None, *, threshold: float = 3.5
