@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ._context import LineageContext
+    from ._java import java_problem
     from ._rdd import SUPPORTED, CapturedRDD, UnsupportedOperation
     from ._splits import UnsupportedInput
     from ._trace import LineageRDD
@@ -24,6 +25,7 @@ _EXPORTS = {
     "LineageRDD": "._trace",
     "UnsupportedInput": "._splits",
     "UnsupportedOperation": "._rdd",
+    "java_problem": "._java",
 }
 
 __all__ = [
@@ -33,6 +35,7 @@ __all__ = [
     "LineageRDD",
     "UnsupportedInput",
     "UnsupportedOperation",
+    "java_problem",
 ]
 
 

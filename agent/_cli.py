@@ -16,6 +16,13 @@ def _lines(text: str) -> int:
 
 
 def cmd_demo(args) -> int:
+    from repository import BadInput
+
+    from ._java import java_problem
+
+    problem = java_problem()
+    if problem is not None:  # before anything is written
+        raise BadInput(f"the demo runs PySpark, and {problem}")
     from ._demo import run_demo
 
     return run_demo(args.repo, args.lines)

@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import sys
 import threading
 import time
 import uuid
@@ -16,6 +13,7 @@ from typing import Any
 from journals import EventType, LineageBatch, pack_record_id
 from repository import RUN_COMPONENT_TYPE, BadInput, Culprit, ProvenanceRepository
 
+from ._interpreter import capture_python, check_capture_python
 from ._rdd import CapturedRDD, KeySampler
 from ._spec import CapturePoint, OutputSink
 from ._splits import compute_splits, list_input_files
@@ -54,7 +52,7 @@ class LineageContext:
         if on_error not in _ON_ERROR:
             raise BadInput(f"on_error must be one of {', '.join(_ON_ERROR)}, got {on_error!r}")
         self.sc = sc
-        _check_workers_can_capture(sc)
+        check_capture_python(sc)  # fails now, not in every task, if workers cannot capture
         self.repo = repo
         self.run_id = run_id or f"run-{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:6]}"
         self.on_error = on_error
@@ -148,7 +146,8 @@ class LineageContext:
         """Around a Spark action: afterwards, describe the run and ask for a rollover so the
         lineage is traceable at once (also when the action failed: its FAIL events)."""
         try:
-            yield
+            with capture_python(self.sc):  # the action builds the last Python function
+                yield
             node.last_output = cp
             self._outputs[cp.number] = node
         finally:
@@ -255,26 +254,3 @@ class LineageContext:
 
     def __repr__(self) -> str:
         return f"LineageContext(run_id={self.run_id!r}, repo={self.repo.path!r})"
-
-
-def _check_workers_can_capture(sc: Any) -> None:
-    """Spark's Python workers must import provrepo. They run `sc.pythonExec` (PYSPARK_PYTHON,
-    default "python3" on the PATH), which need not be this interpreter: if it is another, ask
-    it once, and fail with a clear message instead of every task failing later."""
-    exe = getattr(sc, "pythonExec", None) or "python3"
-    resolved = shutil.which(exe) or exe
-    if os.path.realpath(resolved) == os.path.realpath(sys.executable):
-        return
-    ok = sc.parallelize([0], 1).map(_can_import_agent).collect()
-    if not ok or not ok[0]:
-        raise BadInput(
-            f"Spark's Python workers run {exe!r}, which cannot import provrepo; set "
-            f"PYSPARK_PYTHON={sys.executable} before creating the SparkSession (or install "
-            "provrepo where the workers' Python can import it)"
-        )
-
-
-def _can_import_agent(_: int) -> bool:
-    import importlib.util
-
-    return importlib.util.find_spec("agent._worker") is not None

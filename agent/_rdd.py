@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from pyspark.rdd import RDD, portable_hash
 from pyspark.resultiterable import ResultIterable
 
+from ._interpreter import capture_python
 from ._spec import (
     CapturePoint,
     CombineSink,
@@ -199,7 +200,13 @@ class CapturedRDD:
         return spec, shuffled
 
     def _build(self, sink: Any, capture: bool = True, replay: ReplayPlan | None = None) -> RDD:
-        """The PySpark RDD running this node's segment into `sink` (a replay: capture off)."""
+        """The PySpark RDD running this node's segment into `sink` (a replay: capture off).
+        Whoever runs it must build its Java function inside `capture_python` too (pipelined
+        PySpark RDDs build it only when an action or a shuffle needs it)."""
+        with capture_python(self.lc.sc):  # shuffles and samples built here run capture code
+            return self._segment_rdd(sink, capture, replay)
+
+    def _segment_rdd(self, sink: Any, capture: bool, replay: ReplayPlan | None) -> RDD:
         start, ops = self._chain()
         # Records named by partition position need the original partitioning: group records,
         # and every record an exclusive replay drops (its ids are the original positions).

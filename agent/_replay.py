@@ -24,6 +24,7 @@ import numpy as np
 from journals import unpack_record_ids
 from repository import BadInput
 
+from ._interpreter import capture_python
 from ._local import can_run_locally, run_local
 from ._spec import OutputSink, ReplaySpec
 
@@ -129,7 +130,8 @@ def exclusive(lc: LineageContext, node: CapturedRDD, exclude: LineageRDD) -> lis
 
 def _run(node: CapturedRDD, plan: ReplayPlan) -> list:
     sink = OutputSink(plan.output_cp, "collect", capture_values=False)
-    return node._build(sink, capture=False, replay=plan).collect()
+    with capture_python(node.lc.sc):
+        return node._build(sink, capture=False, replay=plan).collect()
 
 
 def _downstream_within(index, run: str, records: np.ndarray, region: np.ndarray) -> np.ndarray:

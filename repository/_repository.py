@@ -218,8 +218,14 @@ class ProvenanceRepository:
 
     def request_rollover(self) -> None:
         """Ask the rollover thread to merge soon, without waiting (e.g. when a Spark action
-        ends). A repository opened without threads merges at the next `rollover()`."""
+        ends). A repository opened without threads merges at the next `rollover()`, or at the
+        next lineage lookup (`lineage`, `culprits`, `mine`), which catches up first."""
         self._rollover.request()
+
+    def _catch_up(self) -> None:
+        """A lookup right after an action sees its lineage: merge what was requested."""
+        if not self.read_only and not self._closed:
+            self._rollover.catch_up()
 
     def add_rollover_listener(self, callback: Callable[[Toc], object]) -> None:
         """Call `callback(toc)` after each rollover that produced a log (e.g. the indexer)."""
@@ -280,11 +286,12 @@ class ProvenanceRepository:
     def lineage(self) -> LineageIndex:
         """Record-level lineage over the stored events (runs, hops, raw data)."""
         if self._lineage is None:
-            self._lineage = LineageIndex(self._store)
+            self._lineage = LineageIndex(self._store, self._catch_up)
         return self._lineage
 
     def culprits(self, run: str | None = None, with_data: bool = False) -> list[Culprit]:
         """Input records whose processing raised (FAIL events), once per record and error."""
+        self._catch_up()
         return find_culprits(self._store, self._index, self.lineage, run, with_data)
 
     def mine(

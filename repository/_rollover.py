@@ -268,6 +268,10 @@ class Rollover:
         self._pool = pool
         self._registry = AttemptRegistry()
         self._lock = threading.Lock()
+        # Rollovers asked for (`request`) and served; `catch_up` merges the difference.
+        self._requests_lock = threading.Lock()
+        self._requested = 0
+        self._served = 0
         self._listeners: list[RolloverListener] = []
         self._loop = BackgroundLoop(
             "provrepo-rollover",
@@ -291,9 +295,11 @@ class Rollover:
         """Merge every sealed journal into a new event log now; returns the events merged."""
         with self._lock:
             started = time.perf_counter()
+            asked = self._requested  # everything asked for so far is sealed before the listing
             self._pool.seal_all()
             journals = sealed_journals(self.containers)
             if not journals:
+                self._served = max(self._served, asked)
                 return 0
             first_id = self._ids.next_id
             try:
@@ -321,6 +327,7 @@ class Rollover:
             st.journal_problems += len(result.problems)
             st.last_error = None
             st.last_seconds = time.perf_counter() - started
+            self._served = max(self._served, asked)
         if toc is None:
             return 0
         for listener in list(self._listeners):
@@ -339,8 +346,17 @@ class Rollover:
         self._watcher.start()
 
     def request(self) -> None:
-        """Merge soon, without waiting (before `start`: nothing until the next `run`)."""
+        """Merge soon, without waiting (before `start`: nothing until the next `run` or
+        `catch_up`)."""
+        with self._requests_lock:
+            self._requested += 1
         self._loop.wake()
+
+    def catch_up(self) -> None:
+        """Merge now if a rollover was requested and not done yet (so a lookup right after an
+        action sees its lineage); if the background loop is merging, wait for it."""
+        if self._served < self._requested:
+            self.run()
 
     def stop(self) -> None:
         if self._watcher is not None:

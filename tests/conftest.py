@@ -40,6 +40,28 @@ def repo(tmp_path, config):
         yield r
 
 
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects by marker
+def pytest_collection_modifyitems(config, items) -> None:
+    """Every test on Spark (marked, or using the session) is marked `spark`, and skips with
+    the reason when PySpark could not start Java, rather than failing."""
+    on_spark = [
+        item
+        for item in items
+        if item.get_closest_marker("spark") or "spark" in getattr(item, "fixturenames", ())
+    ]
+    for item in on_spark:
+        if item.get_closest_marker("spark") is None:
+            item.add_marker(pytest.mark.spark)
+    if on_spark:
+        from agent import java_problem
+
+        problem = java_problem()
+        if problem is not None:
+            skip = pytest.mark.skip(reason=f"needs Spark: {problem}")
+            for item in on_spark:
+                item.add_marker(skip)
+
+
 @pytest.fixture(scope="session")
 def spark():
     """One local SparkSession for the whole test session (local[2], up to 4 task attempts so

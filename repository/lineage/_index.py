@@ -16,6 +16,7 @@ import pickle
 import threading
 from bisect import bisect_right
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -118,10 +119,15 @@ class _Slice:
 
 
 class LineageIndex:
-    """Per-run directories of lineage batches, kept in step with the repository's logs."""
+    """Per-run directories of lineage batches, kept in step with the repository's logs.
 
-    def __init__(self, store: LogStore) -> None:
+    Every public method first refreshes: it calls `catch_up` (the owning repository merges
+    what was asked to be merged before the call, e.g. the journals of the action that just
+    ended), then takes in the logs committed or aged off since the last call."""
+
+    def __init__(self, store: LogStore, catch_up: Callable[[], object] | None = None) -> None:
         self._store = store
+        self._catch_up = catch_up
         self._lock = threading.RLock()
         self._seen: set[int] = set()
         self._dirs: dict[str, dict[tuple[int, int], list[BatchLoc]]] = {}
@@ -138,6 +144,8 @@ class LineageIndex:
 
     def refresh(self) -> None:
         """Take in logs committed (or aged off) since the last call; cheap when none were."""
+        if self._catch_up is not None:
+            self._catch_up()
         readers = self._store.readers()
         live = {r.first_id for r in readers}
         with self._lock:
@@ -244,6 +252,7 @@ class LineageIndex:
             return info
 
     def descriptor(self, run_id: str) -> dict | None:
+        self.refresh()
         ref = self._descriptors.get(run_id)
         if ref is None:
             return None
@@ -269,10 +278,12 @@ class LineageIndex:
         return loc if pos < loc.pos_start + loc.count else None
 
     def partitions(self, run: str, cp: int) -> list[int]:
+        self.refresh()
         d = self._dirs.get(run, {})
         return sorted(p for (c, p) in d if c == cp)
 
     def locs(self, run: str, cp: int, part: int) -> list[BatchLoc]:
+        self.refresh()
         return list(self._dirs.get(run, {}).get((cp, part), []))
 
     # -- records -----------------------------------------------------------------------------
