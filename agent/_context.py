@@ -2,20 +2,18 @@
 
 from __future__ import annotations
 
-import json
-import threading
 import time
 import uuid
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Iterable
 from typing import Any
 
-from journals import EventType, LineageBatch, pack_record_id
-from repository import RUN_COMPONENT_TYPE, BadInput, Culprit, ProvenanceRepository
+from repository import BadInput, Culprit, ProvenanceRepository
 
-from ._interpreter import capture_python, check_capture_python
-from ._rdd import CapturedRDD, KeySampler
-from ._spec import CapturePoint, OutputSink
+from ._compile import SparkCompiler
+from ._interpreter import check_capture_python
+from ._plan import ParallelSource, PlanNode, TextSource
+from ._planner import Planner
+from ._rdd import CapturedRDD
 from ._splits import compute_splits, list_input_files
 from ._trace import LineageRDD
 
@@ -58,56 +56,11 @@ class LineageContext:
         self.on_error = on_error
         self.capture = capture
         self.writer_spec = repo.writer_spec()
-        self._lock = threading.Lock()
-        self._nodes = 0
-        self._next_cp = 1  # capture point 0 names the run descriptor
-        self._cps: dict[int, dict] = {}
-        self._outputs: dict[int, CapturedRDD] = {}  # output capture point -> its RDD
-        self._actions = 0
-
-    # -- naming ------------------------------------------------------------------------------
-
-    def node_name(self, op: str) -> str:
-        with self._lock:
-            n = self._nodes
-            self._nodes += 1
-        return f"{op}#{n}"
-
-    def new_cp(
-        self,
-        component_id: str,
-        component_type: str,
-        event_type: str,
-        parents: list[int],
-        dependency: str,
-        partitions: int,
-        **extra: Any,
-    ) -> CapturePoint:
-        with self._lock:
-            number = self._next_cp
-            self._next_cp += 1
-            self._cps[number] = {
-                "cp": number,
-                "component_id": component_id,
-                "component_type": component_type,
-                "event_type": event_type,
-                "parents": list(parents),
-                "dependency": dependency,
-                "partitions": partitions,
-                **extra,
-            }
-        return CapturePoint(number, component_id, component_type, event_type)
-
-    def output_cp(self, node: CapturedRDD, action: str) -> CapturePoint:
-        kind = "saveAsTextFile" if action == "save" else action
-        return self.new_cp(
-            self.node_name(kind),
-            kind,
-            "SEND",
-            node.effective_cps(),
-            node._segment_dependency(),
-            node.getNumPartitions(),
-            of=node.name,
+        # Plumbing for front-ends (this RDD agent, a DataFrame agent): names, capture points,
+        # the run descriptor, actions and outputs. Users need not touch it.
+        self.planner = Planner(repo, self.run_id, app=sc.appName, spark_version=sc.version, sc=sc)
+        self._compiler = SparkCompiler(
+            sc, self.run_id, self.writer_spec, capture=capture, on_error=on_error
         )
 
     # -- sources -----------------------------------------------------------------------------
@@ -123,73 +76,23 @@ class LineageContext:
         files = list_input_files(name)
         n = minPartitions if minPartitions is not None else self.sc.defaultMinPartitions
         splits = compute_splits(files, n)
-        node = self.node_name("textFile")
-        cp = self.new_cp(
+        node = self.planner.node_name("textFile")
+        cp = self.planner.capture_point(
             node, "textFile", "RECEIVE", [], "source", len(splits), path=name, files=files
         )
-        start = {"type": "text", "cp": cp, "splits": splits}
-        return CapturedRDD(self, "source", [], node, len(splits), start=start)
+        start = TextSource(cp, tuple(splits))
+        return self._source(PlanNode("source", node, len(splits), start=start))
 
     def parallelize(self, c: Iterable, numSlices: int | None = None) -> CapturedRDD:
         """A collection from the driver; records named (partition, index), values captured."""
         rdd = self.sc.parallelize(c, numSlices)
         n = rdd.getNumPartitions()
-        node = self.node_name("parallelize")
-        cp = self.new_cp(node, "parallelize", "RECEIVE", [], "source", n)
-        start = {"type": "parallel", "cp": cp, "rdd": rdd}
-        return CapturedRDD(self, "source", [], node, n, start=start)
+        node = self.planner.node_name("parallelize")
+        cp = self.planner.capture_point(node, "parallelize", "RECEIVE", [], "source", n)
+        return self._source(PlanNode("source", node, n, start=ParallelSource(cp, rdd)))
 
-    # -- actions and runs --------------------------------------------------------------------
-
-    @contextmanager
-    def action(self, node: CapturedRDD, cp: CapturePoint) -> Iterator[None]:
-        """Around a Spark action: afterwards, describe the run and ask for a rollover so the
-        lineage is traceable at once (also when the action failed: its FAIL events)."""
-        try:
-            with capture_python(self.sc):  # the action builds the last Python function
-                yield
-            node.last_output = cp
-            self._outputs[cp.number] = node
-        finally:
-            self._describe_run()
-            self.repo.request_rollover()
-
-    def _describe_run(self) -> None:
-        with self._lock:
-            self._actions += 1
-            version = self._actions
-            desc = {
-                "run_id": self.run_id,
-                "app": self.sc.appName,
-                "spark_version": self.sc.version,
-                "version": version,
-                "capture_points": sorted(self._cps.values(), key=lambda c: c["cp"]),
-            }
-        rid = pack_record_id(0, version, 0)
-        batch = LineageBatch.build(
-            event_time_ns=time.time_ns(),
-            event_type=EventType.CREATE,
-            run_id=self.run_id,
-            component_id="run",
-            component_type=RUN_COMPONENT_TYPE,
-            partition=version,
-            attempt=0,
-            record_ids=range(rid, rid + 1),
-            details=json.dumps(desc, default=str),
-        )
-        self.repo.register_events(batch)
-
-    def lineage_of(self, cp: CapturePoint) -> LineageRDD:
-        """Every record an action emitted at `cp`, traceable (merges pending journals first)."""
-        self.repo.rollover()
-        ids = self.repo.lineage.all_records(self.run_id, cp.number)
-        return LineageRDD(self.repo, self.run_id, ids, sc=self.sc, origin=(cp, ids))
-
-    def output_node(self, cp: CapturePoint) -> CapturedRDD:
-        node = self._outputs.get(cp.number)
-        if node is None:
-            raise BadInput(f"capture point {cp.component_id} is not an action of this context")
-        return node
+    def _source(self, node: PlanNode) -> CapturedRDD:
+        return CapturedRDD(self, node, self._compiler)
 
     # -- debugging ---------------------------------------------------------------------------
 
@@ -226,31 +129,10 @@ class LineageContext:
                 raise BadInput("replay(rdd, exclude=...): rdd must be a captured RDD")
             if not isinstance(exclude, LineageRDD):
                 raise BadInput("replay(..., exclude=...) takes a LineageRDD")
-            return _replay.exclusive(self, what, exclude)
+            return _replay.exclusive(self.planner, self._compiler, what, exclude)
         if not isinstance(what, LineageRDD):
             raise BadInput("replay(traced): traced must be a LineageRDD (see rdd.lineage())")
-        return _replay.selective(self, what, local)
-
-    def range_bounds(self, parent: CapturedRDD, n: int, keyfunc, replay=None) -> list:
-        """sortByKey's range boundaries from a sample of keys (jobs that capture nothing)."""
-        if n <= 1:
-            return []
-        counter = parent._build(
-            OutputSink(None, "count", capture_values=False), capture=False, replay=replay
-        )
-        size = int(sum(counter.collect()))
-        if size == 0:
-            return []
-        fraction = min(n * 20.0 / size, 1.0)
-        records = parent._build(
-            OutputSink(None, "collect", capture_values=False), capture=False, replay=replay
-        )
-        samples = sorted(
-            records.mapPartitionsWithIndex(KeySampler(fraction)).collect(), key=keyfunc
-        )
-        if not samples:
-            return []
-        return [keyfunc(samples[int(len(samples) * (i + 1) / n)]) for i in range(n - 1)]
+        return _replay.selective(self.planner, self._compiler, what, local)
 
     def __repr__(self) -> str:
         return f"LineageContext(run_id={self.run_id!r}, repo={self.repo.path!r})"

@@ -1,43 +1,36 @@
 """Captured RDDs (driver side): PySpark-shaped transformations that keep record-level lineage.
 
-A `CapturedRDD` is a node of a logical plan. Narrow operations are pipelined into the segment
-of their source, shuffle or union; an action compiles the node's segment (and, recursively,
-the shuffles it reads) into ordinary PySpark RDDs whose per-partition function is
-`agent._worker.Segment`. Shuffled RDDs are built once per node and reused, so a second action
-reuses Spark's shuffle files exactly as vanilla PySpark does.
+A `CapturedRDD` wraps a node of the typed capture plan (`_plan.PlanNode`). Narrow operations
+are pipelined into the segment of their source, shuffle or union; an action compiles the
+node's segment (and, recursively, the shuffles it reads) into ordinary PySpark RDDs through
+the run's `SparkCompiler`, and registers its output with the run's `Planner`.
 """
 
 from __future__ import annotations
 
-import bisect
+import copy
 import os
-import random
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from pyspark.rdd import RDD, portable_hash
 from pyspark.resultiterable import ResultIterable
 
-from ._interpreter import capture_python
-from ._spec import (
-    CapturePoint,
-    CombineSink,
-    ForwardSink,
-    NarrowOp,
-    OutputSink,
-    ParallelInput,
-    ReplayInput,
-    SegmentSpec,
-    ShuffleInput,
-    ShuffleSink,
-    TextInput,
-    UnionInput,
+from ._plan import (
+    AggregateShuffle,
+    Captures,
+    JoinHow,
+    JoinShuffle,
+    PlanNode,
+    SortShuffle,
+    UnionStart,
 )
-from ._worker import Segment, TakeOutput
+from ._spec import CapturePoint, NarrowOp, OutputSink
+from ._worker import TakeOutput
 
 if TYPE_CHECKING:
+    from ._compile import SparkCompiler
     from ._context import LineageContext
-    from ._replay import ReplayPlan
     from ._trace import LineageRDD
 
 SUPPORTED = (
@@ -84,164 +77,39 @@ class CapturedRDD:
     """A lineage-capturing RDD. Transformations return CapturedRDDs; actions return what
     PySpark returns. After an action, `lineage()` gives the traced output records."""
 
-    def __init__(
-        self,
-        lc: LineageContext,
-        kind: str,
-        parents: list[CapturedRDD],
-        name: str,
-        num_partitions: int,
-        *,
-        op: NarrowOp | None = None,
-        start: Any = None,
-    ) -> None:
+    def __init__(self, lc: LineageContext, node: PlanNode, compiler: SparkCompiler) -> None:
         self.lc = lc
-        self.kind = kind  # "source" | "narrow" | "shuffle" | "union"
-        self.parents = parents
-        self.name = name
-        self._num_partitions = num_partitions
-        self.op = op
-        self.start = start  # what a segment-starting node reads (source/shuffle description)
-        self._input_cache: tuple | None = None
+        self.node = node  # this RDD's place in the typed capture plan
+        self._compiler = compiler
         self.last_output: CapturePoint | None = None
 
-    # -- plan --------------------------------------------------------------------------------
+    @property
+    def name(self) -> str:
+        return self.node.name
 
     def getNumPartitions(self) -> int:
-        return self._num_partitions
+        return self.node.num_partitions
 
-    def _chain(self) -> tuple[CapturedRDD, list[NarrowOp]]:
-        """The node that starts this node's segment, and the narrow ops from it to here."""
-        ops: list[NarrowOp] = []
-        node = self
-        while node.kind == "narrow":
-            ops.append(node.op)
-            node = node.parents[0]
-        ops.reverse()
-        return node, ops
-
-    def effective_cps(self) -> list[int]:
-        """Capture points of the records flowing out of this node (their parents' level)."""
-        start, ops = self._chain()
-        groups = [op.group_cp.number for op in ops if op.group_cp is not None]
-        if groups:
-            return [groups[-1]]
-        if start.kind == "union":
-            out: list[int] = []
-            for p in start.parents:
-                out.extend(c for c in p.effective_cps() if c not in out)
-            return out
-        return [
-            start.start["red_cp"].number if start.kind == "shuffle" else start.start["cp"].number
-        ]
-
-    def _segment_dependency(self) -> str:
-        start, _ = self._chain()
-        return "union" if start.kind == "union" else "narrow"
-
-    def _input(
-        self, replay: ReplayPlan | None = None, by_partition: bool = True
-    ) -> tuple[Any, RDD]:
-        """(input spec, PySpark RDD) that this segment-starting node reads; built once (a
-        replay builds its own: its sources and filters differ)."""
-        if replay is None and self._input_cache is not None:
-            return self._input_cache
-        lc, s = self.lc, self.start
-        if self.kind == "source" and replay is not None and s["cp"].number in replay.sources:
-            # Only the partitions holding traced records run, each tagged with its number.
-            parts = [(p, recs) for p, recs in enumerate(replay.sources[s["cp"].number]) if recs]
-            return ReplayInput(s["cp"]), lc.sc.parallelize(parts, max(1, len(parts)))
-        if self.kind == "source" and s["type"] == "text":
-            rdd = lc.sc.parallelize(range(len(s["splits"])), len(s["splits"]))
-            result = (TextInput(s["cp"], s["splits"]), rdd)
-        elif self.kind == "source":
-            result = (ParallelInput(s["cp"]), s["rdd"])
-        elif self.kind == "union":
-            parts = [p._build(ForwardSink(), replay=replay) for p in self.parents]
-            result = (UnionInput(), lc.sc.union(parts))
-        else:
-            result = self._shuffle_input(replay, by_partition)
-        if replay is None:
-            self._input_cache = result
-        return result
-
-    def _shuffle_input(
-        self, replay: ReplayPlan | None, by_partition: bool = True
-    ) -> tuple[ShuffleInput, RDD]:
-        s = self.start
-        # A selective replay recognizes shuffled records by key or parents, not by position,
-        # so its small shuffle runs as one task (unless the caller says positions matter).
-        n = self._num_partitions if replay is None or by_partition else 1
-        red = s["red_cp"]
-        if s["type"] == "aggregate":
-            parent = self.parents[0]
-            sink = CombineSink(s["map_cp"], s["create"], s["merge_value"])
-            mapped = parent._build(sink, replay=replay)
-            shuffled = mapped.partitionBy(n, s["partition_func"])
-            spec = ShuffleInput(red, "aggregate", s["merge_combiners"], capture=s["capture"])
-        elif s["type"] in ("join", "cogroup"):
-            left, right = self.parents
-            tagged = left._build(ShuffleSink(tag=1), replay=replay).union(
-                right._build(ShuffleSink(tag=2), replay=replay)
-            )
-            shuffled = tagged.partitionBy(n, s["partition_func"])
-            spec = ShuffleInput(red, s["type"], join_how=s.get("how", "inner"))
-        else:  # sort
-            parent = self.parents[0]
-            bounds = self.lc.range_bounds(parent, n, s["keyfunc"], replay)
-            ascending, keyfunc = s["ascending"], s["keyfunc"]
-
-            def range_partition(k, bounds=bounds, n=n, ascending=ascending, keyfunc=keyfunc):
-                p = bisect.bisect_left(bounds, keyfunc(k))
-                return p if ascending else n - 1 - p
-
-            shuffled = parent._build(ShuffleSink(), replay=replay).partitionBy(n, range_partition)
-            spec = ShuffleInput(red, "sort", sort_ascending=ascending, sort_keyfunc=keyfunc)
-        return spec, shuffled
-
-    def _build(self, sink: Any, capture: bool = True, replay: ReplayPlan | None = None) -> RDD:
-        """The PySpark RDD running this node's segment into `sink` (a replay: capture off).
-        Whoever runs it must build its Java function inside `capture_python` too (pipelined
-        PySpark RDDs build it only when an action or a shuffle needs it)."""
-        with capture_python(self.lc.sc):  # shuffles and samples built here run capture code
-            return self._segment_rdd(sink, capture, replay)
-
-    def _segment_rdd(self, sink: Any, capture: bool, replay: ReplayPlan | None) -> RDD:
-        start, ops = self._chain()
-        # Records named by partition position need the original partitioning: group records,
-        # and every record an exclusive replay drops (its ids are the original positions).
-        by_partition = any(op.group_cp is not None for op in ops) or (
-            replay is not None and bool(replay.spec.drop)
-        )
-        in_spec, rdd_in = start._input(replay, by_partition)
-        lc = self.lc
-        spec = SegmentSpec(
-            run_id=lc.run_id,
-            journal=lc.writer_spec if capture and lc.capture and replay is None else None,
-            input=in_spec,
-            ops=tuple(ops),
-            sink=sink,
-            on_error=lc.on_error,
-            replay=replay.spec if replay is not None else None,
-        )
-        return rdd_in.mapPartitionsWithIndex(Segment(spec))
+    def _derive(self, node: PlanNode) -> CapturedRDD:
+        return CapturedRDD(self.lc, node, self._compiler)
 
     # -- narrow transformations ----------------------------------------------------------------
 
-    def _narrow(self, name: str, func: Callable, **kw) -> CapturedRDD:
-        node_name = self.lc.node_name(name)
+    def _narrow(self, name: str, func: Callable, **kw: Any) -> CapturedRDD:
+        planner = self.lc.planner
+        node_name = planner.node_name(name)
         group_cp = None
         if name == "mapPartitions" and kw.get("lineage") == "partition":
-            group_cp = self.lc.new_cp(
+            group_cp = planner.capture_point(
                 node_name,
                 "mapPartitions",
                 "JOIN",
-                self.effective_cps(),
-                self._segment_dependency(),
-                self._num_partitions,
+                self.node.capture_points(),
+                self.node.segment_dependency(),
+                self.node.num_partitions,
             )
         op = NarrowOp(name, func, group_cp=group_cp, **kw)
-        return CapturedRDD(self.lc, "narrow", [self], node_name, self._num_partitions, op=op)
+        return self._derive(PlanNode.narrow(self.node, node_name, op))
 
     def map(self, f: Callable, preservesPartitioning: bool = False) -> CapturedRDD:
         return self._narrow("map", f)
@@ -291,7 +159,7 @@ class CapturedRDD:
         sc = self.lc.sc
         if sc._conf.contains("spark.default.parallelism"):
             return sc.defaultParallelism
-        return self._num_partitions
+        return self.node.num_partitions
 
     def combineByKey(
         self,
@@ -301,33 +169,32 @@ class CapturedRDD:
         numPartitions: int | None = None,
         partitionFunc: Callable = portable_hash,
         _name: str = "combineByKey",
-        _capture: str = "value",
+        _capture: Captures = "value",
     ) -> CapturedRDD:
-        lc = self.lc
+        planner = self.lc.planner
         n = self._default_partitions(numPartitions)
-        name = lc.node_name(_name)
-        map_cp = lc.new_cp(
+        name = planner.node_name(_name)
+        combine_cp = planner.capture_point(
             f"{name}.combine",
             "combiner",
             "JOIN",
-            self.effective_cps(),
-            self._segment_dependency(),
-            self._num_partitions,
+            self.node.capture_points(),
+            self.node.segment_dependency(),
+            self.node.num_partitions,
         )
-        red_cp = lc.new_cp(
-            name, "reducer", "JOIN", [map_cp.number], "shuffle", n, captures=_capture
+        red_cp = planner.capture_point(
+            name, "reducer", "JOIN", [combine_cp.number], "shuffle", n, captures=_capture
         )
-        start = {
-            "type": "aggregate",
-            "map_cp": map_cp,
-            "red_cp": red_cp,
-            "create": createCombiner,
-            "merge_value": mergeValue,
-            "merge_combiners": mergeCombiners,
-            "partition_func": partitionFunc,
-            "capture": _capture,
-        }
-        return CapturedRDD(lc, "shuffle", [self], name, n, start=start)
+        start = AggregateShuffle(
+            red_cp,
+            combine_cp,
+            createCombiner,
+            mergeValue,
+            mergeCombiners,
+            partitionFunc,
+            _capture,
+        )
+        return self._derive(PlanNode("shuffle", name, n, (self.node,), start=start))
 
     def reduceByKey(
         self,
@@ -346,8 +213,6 @@ class CapturedRDD:
         numPartitions: int | None = None,
         partitionFunc: Callable = portable_hash,
     ) -> CapturedRDD:
-        import copy
-
         def create(v, zero=zeroValue, func=func):
             return func(copy.deepcopy(zero), v)
 
@@ -363,8 +228,6 @@ class CapturedRDD:
         numPartitions: int | None = None,
         partitionFunc: Callable = portable_hash,
     ) -> CapturedRDD:
-        import copy
-
         def create(v, zero=zeroValue, seq=seqFunc):
             return seq(copy.deepcopy(zero), v)
 
@@ -394,29 +257,29 @@ class CapturedRDD:
             .map(_key)
         )
 
-    def _join(self, other: CapturedRDD, how: str, kind: str, numPartitions: int | None):
+    def _join(
+        self, other: CapturedRDD, how: JoinHow, kind: str, numPartitions: int | None
+    ) -> CapturedRDD:
         if not isinstance(other, CapturedRDD) or other.lc is not self.lc:
             raise UnsupportedOperation(
                 f"{kind}: the other RDD must come from the same LineageContext"
             )
-        lc = self.lc
-        total = self._num_partitions + other._num_partitions
+        planner = self.lc.planner
+        sc = self.lc.sc
+        total = self.node.num_partitions + other.node.num_partitions
         n = (
             numPartitions
             if numPartitions is not None
             else (
-                lc.sc.defaultParallelism
-                if lc.sc._conf.contains("spark.default.parallelism")
-                else total
+                sc.defaultParallelism if sc._conf.contains("spark.default.parallelism") else total
             )
         )
-        name = lc.node_name(kind if how == "inner" or kind == "cogroup" else f"{how}OuterJoin")
-        parents_cps = self.effective_cps() + [
-            c for c in other.effective_cps() if c not in self.effective_cps()
-        ]
-        red_cp = lc.new_cp(name, kind, "JOIN", parents_cps, "shuffle", n)
-        start = {"type": kind, "red_cp": red_cp, "how": how, "partition_func": portable_hash}
-        return CapturedRDD(lc, "shuffle", [self, other], name, n, start=start)
+        name = planner.node_name(kind if how == "inner" or kind == "cogroup" else f"{how}OuterJoin")
+        mine = self.node.capture_points()
+        parents_cps = mine + [c for c in other.node.capture_points() if c not in mine]
+        red_cp = planner.capture_point(name, kind, "JOIN", parents_cps, "shuffle", n)
+        start = JoinShuffle(red_cp, "cogroup" if kind == "cogroup" else "join", how, portable_hash)
+        return self._derive(PlanNode("shuffle", name, n, (self.node, other.node), start=start))
 
     def join(self, other: CapturedRDD, numPartitions: int | None = None) -> CapturedRDD:
         return self._join(other, "inner", "join", numPartitions)
@@ -438,8 +301,9 @@ class CapturedRDD:
             raise UnsupportedOperation(
                 "union: the other RDD must come from the same LineageContext"
             )
-        n = self._num_partitions + other._num_partitions
-        return CapturedRDD(self.lc, "union", [self, other], self.lc.node_name("union"), n)
+        n = self.node.num_partitions + other.node.num_partitions
+        name = self.lc.planner.node_name("union")
+        return self._derive(PlanNode("union", name, n, (self.node, other.node), start=UnionStart()))
 
     def sortByKey(
         self,
@@ -447,12 +311,14 @@ class CapturedRDD:
         numPartitions: int | None = None,
         keyfunc: Callable = lambda x: x,
     ) -> CapturedRDD:
-        lc = self.lc
+        planner = self.lc.planner
         n = self._default_partitions(numPartitions)
-        name = lc.node_name("sortByKey")
-        red_cp = lc.new_cp(name, "sort", "FORK", self.effective_cps(), "shuffle", n)
-        start = {"type": "sort", "red_cp": red_cp, "ascending": ascending, "keyfunc": keyfunc}
-        return CapturedRDD(lc, "shuffle", [self], name, n, start=start)
+        name = planner.node_name("sortByKey")
+        red_cp = planner.capture_point(
+            name, "sort", "FORK", self.node.capture_points(), "shuffle", n
+        )
+        start = SortShuffle(red_cp, ascending, keyfunc)
+        return self._derive(PlanNode("shuffle", name, n, (self.node,), start=start))
 
     def sortBy(
         self, keyfunc: Callable, ascending: bool = True, numPartitions: int | None = None
@@ -461,32 +327,37 @@ class CapturedRDD:
 
     # -- actions -----------------------------------------------------------------------------
 
-    def _run_output(self, action: str, limit: int | None = None, partitions=None, **kw):
-        cp = self.lc.output_cp(self, action)
+    def _run_output(
+        self, action: str, limit: int | None = None, **kw: Any
+    ) -> tuple[CapturePoint, RDD[Any]]:
+        cp = self.lc.planner.output_point(self.node, action)
         sink = OutputSink(cp, action, limit=limit, **kw)
-        rdd = self._build(sink)
-        return cp, rdd
+        return cp, self._compiler.build(self.node, sink)
 
     def collect(self) -> list:
         cp, rdd = self._run_output("collect")
-        with self.lc.action(self, cp):
-            return rdd.collect()
+        with self.lc.planner.action(cp, self.node):
+            out = rdd.collect()
+        self.last_output = cp
+        return out
 
     def count(self) -> int:
         cp, rdd = self._run_output("count", capture_values=False)
-        with self.lc.action(self, cp):
-            return int(sum(rdd.collect()))
+        with self.lc.planner.action(cp, self.node):
+            out = int(sum(rdd.collect()))
+        self.last_output = cp
+        return out
 
     def take(self, num: int) -> list:
         """The first `num` records. Partitions are scanned in order as PySpark's take does,
         but each partition scanned is read whole, so lineage upstream is complete."""
         if num <= 0:
             return []
-        cp = self.lc.output_cp(self, "take")
+        cp = self.lc.planner.output_point(self.node, "take")
         items: list = []
-        total = self._num_partitions
+        total = self.node.num_partitions
         parts_scanned = 0
-        with self.lc.action(self, cp):
+        with self.lc.planner.action(cp, self.node):
             while len(items) < num and parts_scanned < total:
                 num_parts = 1
                 if parts_scanned > 0:
@@ -497,14 +368,15 @@ class CapturedRDD:
                     )
                     num_parts = min(max(num_parts, 1), parts_scanned * 4)
                 left = num - len(items)
-                rdd = self._build(OutputSink(cp, "take", limit=left))
+                rdd = self._compiler.build(self.node, OutputSink(cp, "take", limit=left))
                 parts = list(range(parts_scanned, min(parts_scanned + num_parts, total)))
                 got = self.lc.sc.runJob(rdd, _as_list_of_partition, parts)
                 self._keep_taken(cp, num, items, got)
                 parts_scanned += num_parts
+        self.last_output = cp
         return items
 
-    def _keep_taken(self, cp, num: int, items: list, got: list) -> None:
+    def _keep_taken(self, cp: CapturePoint, num: int, items: list, got: list) -> None:
         """Add a take round's records to `items`, up to `num`. Each partition's records end
         with its TakeOutput (when capturing): the lineage journaled for the partition is
         exactly its records that take returns, not every record it gave."""
@@ -540,8 +412,9 @@ class CapturedRDD:
         cp, rdd = self._run_output("save", save_path=os.path.abspath(local), capture_values=False)
         rdd._bypass_serializer = True
         jvm = self.lc.sc._jvm
-        with self.lc.action(self, cp):
+        with self.lc.planner.action(cp, self.node):
             rdd._jrdd.map(jvm.BytesToString()).saveAsTextFile(path)
+        self.last_output = cp
 
     # -- tracing -----------------------------------------------------------------------------
 
@@ -554,7 +427,7 @@ class CapturedRDD:
                 f"{self.name} has not been computed yet: run an action (collect, count, take, "
                 "first, saveAsTextFile) before asking for its lineage"
             )
-        return self.lc.lineage_of(self.last_output)
+        return self.lc.planner.lineage_of(self.last_output)
 
     def __getattr__(self, name: str):
         if not name.startswith("_") and hasattr(RDD, name):
@@ -565,7 +438,7 @@ class CapturedRDD:
         raise AttributeError(name)
 
     def __repr__(self) -> str:
-        return f"CapturedRDD({self.name}, partitions={self._num_partitions})"
+        return f"CapturedRDD({self.name}, partitions={self.node.num_partitions})"
 
 
 def _check_lineage(lineage: str) -> str:
@@ -610,18 +483,3 @@ def _key(kv):
 
 def _as_list_of_partition(iterator: Iterable) -> list:
     return list(iterator)
-
-
-class KeySampler:
-    """Per-partition Bernoulli sample of keys, for sortByKey's range bounds."""
-
-    def __init__(self, fraction: float, seed: int = 1) -> None:
-        self.fraction = fraction
-        self.seed = seed
-
-    def __call__(self, split: int, iterator):
-        rng = random.Random(self.seed * 1_000_003 + split)
-        fraction = self.fraction
-        for k, _ in iterator:
-            if rng.random() < fraction:
-                yield k

@@ -29,8 +29,11 @@ from ._local import can_run_locally, run_local
 from ._spec import OutputSink, ReplaySpec
 
 if TYPE_CHECKING:
-    from ._context import LineageContext
+    from ._compile import SparkCompiler
+    from ._plan import PlanNode
+    from ._planner import Planner
     from ._rdd import CapturedRDD
+    from ._spec import CapturePoint
     from ._trace import LineageRDD
 
 
@@ -41,10 +44,12 @@ class ReplayPlan:
 
     spec: ReplaySpec
     sources: dict[int, list[list[tuple[Any, int]]]] = field(default_factory=dict)
-    output_cp: Any = None
+    output_cp: CapturePoint | None = None
 
 
-def selective(lc: LineageContext, lin: LineageRDD, local: bool | None = None) -> list:
+def selective(
+    planner: Planner, compiler: SparkCompiler, lin: LineageRDD, local: bool | None = None
+) -> list:
     """Re-run the pipeline that produced `lin`'s traced outputs on exactly `lin`'s records."""
     if lin.origin is None:
         raise BadInput(
@@ -53,9 +58,9 @@ def selective(lc: LineageContext, lin: LineageRDD, local: bool | None = None) ->
             "output needs"
         )
     out_cp, origin = lin.origin
-    node = lc.output_node(out_cp)
-    repo, run = lc.repo, lc.run_id
-    index = repo.lineage
+    node = planner.output_node(out_cp)
+    run = planner.run_id
+    index = planner.repo.lineage
     info = index.run_info(run)
     records = lin.record_ids
     allowed = np.union1d(
@@ -91,19 +96,21 @@ def selective(lc: LineageContext, lin: LineageRDD, local: bool | None = None) ->
     plan = ReplayPlan(ReplaySpec(keep=keep), sources, out_cp)
     sink = OutputSink(out_cp, "collect", capture_values=False)
     if local is not False and can_run_locally(node, plan):
-        return run_local(node, sink, plan)
+        return run_local(node, sink, plan, compiler.run_id, compiler.on_error)
     if local:
         raise BadInput("this replay cannot run in the driver (it needs Spark's partitioning)")
-    return _run(node, plan)
+    return _run(compiler, node, plan)
 
 
-def exclusive(lc: LineageContext, node: CapturedRDD, exclude: LineageRDD) -> list:
-    """Re-run `node`'s pipeline on its whole input minus `exclude`'s records, removed at
+def exclusive(
+    planner: Planner, compiler: SparkCompiler, rdd: CapturedRDD, exclude: LineageRDD
+) -> list:
+    """Re-run `rdd`'s pipeline on its whole input minus `exclude`'s records, removed at
     their capture point."""
     ids = exclude.record_ids
     if not len(ids):
         raise BadInput("exclusive replay: nothing to exclude (the trace is empty)")
-    info = lc.repo.lineage.run_info(lc.run_id)
+    info = planner.repo.lineage.run_info(planner.run_id)
     cps = unpack_record_ids(ids)[0]
     numbers = sorted(int(c) for c in np.unique(cps))
     for a in numbers:
@@ -124,14 +131,14 @@ def exclusive(lc: LineageContext, node: CapturedRDD, exclude: LineageRDD) -> lis
                 "partition; exclude at its inputs (go_back()) or outputs instead"
             )
     drop = {n: frozenset(ids[cps == n].tolist()) for n in numbers}
-    plan = ReplayPlan(ReplaySpec(drop=drop), {}, node.last_output)
-    return _run(node, plan)
+    plan = ReplayPlan(ReplaySpec(drop=drop), {}, rdd.last_output)
+    return _run(compiler, rdd.node, plan)
 
 
-def _run(node: CapturedRDD, plan: ReplayPlan) -> list:
+def _run(compiler: SparkCompiler, node: PlanNode, plan: ReplayPlan) -> list:
     sink = OutputSink(plan.output_cp, "collect", capture_values=False)
-    with capture_python(node.lc.sc):
-        return node._build(sink, capture=False, replay=plan).collect()
+    with capture_python(compiler.sc):
+        return compiler.build(node, sink, capture=False, replay=plan).collect()
 
 
 def _downstream_within(index, run: str, records: np.ndarray, region: np.ndarray) -> np.ndarray:
