@@ -124,8 +124,8 @@ class SparkCompiler:
             else:
                 result = (ParallelInput(s.cp), s.rdd)
         elif isinstance(s, UnionStart):
-            parts = [self.build(p, ForwardSink(), replay=replay) for p in start.parents]
-            result = (UnionInput(), self.sc.union(parts))
+            branches = [self.build(p, ForwardSink(), replay=replay) for p in start.parents]
+            result = (UnionInput(), self.sc.union(branches))
         else:
             result = self._shuffle_input(start, s, replay, by_partition)
         if replay is None:

@@ -12,9 +12,10 @@ from __future__ import annotations
 import os
 import pickle
 from array import array
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from itertools import islice
 from operator import itemgetter, le
+from typing import Any
 
 import numpy as np
 
@@ -45,6 +46,12 @@ class InputState:
         if self.ids is not None:
             return np.frombuffer(self.ids, dtype=np.int64)[:n]
         return self.base + np.arange(n, dtype=np.int64)
+
+    def explicit_ids(self) -> array:
+        """The array of explicit input ids (set up where records carry their ids)."""
+        if self.ids is None:
+            raise RuntimeError("this input names its records by position, not by explicit ids")
+        return self.ids
 
     def current_id(self) -> int:
         i = len(self.bounds) - 1
@@ -121,7 +128,7 @@ def text_input_without(
     """An exclusive replay's text split: the original lines minus the `drop`ped record ids
     (positions stay the original ones; the survivors carry their original ids)."""
     path, start, length = split
-    bounds_append, ids_append = state.bounds.append, state.ids.append
+    bounds_append, ids_append = state.bounds.append, state.explicit_ids().append
     rid = state.base
     for _, lines, has_cr in text_lines(path, start, length):
         for raw in lines:
@@ -148,14 +155,15 @@ def parallel_input(
     (the collection lives only in the driver's memory, so it is captured as data)."""
     bounds_append = state.bounds.append
     if drop:  # exclusive replay: survivors carry their original ids
-        ids_append = state.ids.append
+        ids_append = state.explicit_ids().append
         for rid, x in enumerate(iterator, state.base):
             if rid not in drop:
                 ids_append(rid)
                 bounds_append(count())
                 yield x
     elif capture_values:
-        state.values = values = []
+        values: list[bytes] = []
+        state.values = values
         add, dumps = values.append, pickle.dumps
         for x in iterator:
             add(dumps(x, pickle.HIGHEST_PROTOCOL))
@@ -242,7 +250,8 @@ def aggregate_input(
     state.merge = (len(keys), "coo", slots, parents)
     bounds_append = state.bounds.append
     if capture:
-        state.values = values = []
+        values: list[bytes] = []
+        state.values = values
         add, dumps = values.append, pickle.dumps
         for kv in zip(keys, vals):
             # Pickled before anything downstream can mutate it.
@@ -398,6 +407,7 @@ def replay_shuffle_input(
     original id on (selective replay: records not in `keep` are dropped), or it is dropped by
     position (exclusive replay: `drop`)."""
     kind = spec.kind
+    pairs: Iterable[tuple[Any, Any]]  # (record, what it is recognized by)
     if kind == "aggregate":
         keys, vals, _, _ = _merge_aggregate(iterator, spec.merge_combiners)
         pairs = zip(zip(keys, vals), keys)
@@ -412,7 +422,7 @@ def replay_shuffle_input(
         items = _sorted_items(iterator, spec.sort_ascending, spec.sort_keyfunc)
         pairs = (((k, v), rid) for k, (v, rid) in items)
     bounds_append = state.bounds.append
-    ids_append = state.ids.append
+    ids_append = state.explicit_ids().append
     base = state.base
     for pos, (record, ident) in enumerate(pairs):
         if keep is not None:

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import pickle
 from array import array
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
 
 from ._inputs import InputState
 
@@ -38,7 +39,7 @@ class CombineSink:
         self.n_records = 0
         self.count = self.slots.__len__
 
-    def run(self, records: Iterator) -> Iterator:
+    def run(self, records: Iterator) -> Iterable:
         index: dict = {}
         keys: list = []
         vals: list = []
@@ -138,16 +139,18 @@ class OutputSink:
         if self.drop:
             drop, base = self.drop, self.base
             return (x for pos, x in enumerate(records) if base + pos not in drop)
+        if self.keep is None or self.source is None:
+            raise RuntimeError("a selective replay's output needs its kept ids and input ids")
         first, kept = self.keep
-        src = self.source
-        return self._by_parent(records, first, kept, src)
+        return self._by_parent(records, first, kept, self.source)
 
     @staticmethod
     def _by_parent(records: Iterator, first: dict, kept: frozenset, src: IdSource) -> Iterator:
         pulled = src.bounds.__len__
+        ids = src.ids if src.ids is not None else array("q")  # a replay's inputs carry ids
         last, k = None, 0
         for x in records:
-            pid = src.const if src.const is not None else src.ids[pulled() - 1]
+            pid = src.const if src.const is not None else ids[pulled() - 1]
             if pid != last:
                 last, k = pid, 0
             oid = first.get(pid, -1) + k
@@ -213,7 +216,7 @@ class ShuffleSink:
             if ids is None:
                 return ((k, (v, base + pulled())) for k, v in records)
             return ((k, (v, ids[pulled() - 1])) for k, v in records)
-        groups: dict = {}
+        groups: dict[Any, tuple[list[Any], list[int]]] = {}
         get = groups.get
         for k, v in records:
             g = get(k)

@@ -134,8 +134,11 @@ class LineageRDD:
         keep = np.fromiter((bool(f(d)) for d in data), dtype=bool, count=len(data))
         ids = self.record_ids[keep]
         # Selecting among an action's outputs narrows what a replay must reproduce.
-        at_origin = self.origin is not None and np.array_equal(self.record_ids, self.origin[1])
-        return self._with(ids, origin=(self.origin[0], ids) if at_origin else "same")
+        origin = self.origin
+        at_origin = origin is not None and np.array_equal(self.record_ids, origin[1])
+        return self._with(
+            ids, origin=(origin[0], ids) if origin is not None and at_origin else "same"
+        )
 
     def to_rdd(self, numSlices: int | None = None):
         """A native PySpark RDD of these records' raw data (Titian: native transformations on a

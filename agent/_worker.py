@@ -13,11 +13,12 @@ import pickle
 import time
 import traceback
 from array import array
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from functools import partial
 from itertools import chain
 from operator import itemgetter
+from typing import Any
 
 import numpy as np
 
@@ -179,8 +180,8 @@ class Segment:
     def __init__(self, spec: SegmentSpec) -> None:
         self.spec = spec
 
-    def __call__(self, split: int, iterator: Iterator) -> Iterator:
-        return run_segment(self.spec, split, iterator)
+    def __call__(self, split: int, iterator: Iterable[Any]) -> Iterator[Any]:
+        return run_segment(self.spec, split, iter(iterator))
 
 
 def run_segment(spec: SegmentSpec, split: int, iterator: Iterator) -> Iterator:
@@ -194,7 +195,8 @@ def run_segment(spec: SegmentSpec, split: int, iterator: Iterator) -> Iterator:
     state = inputs.InputState(record_id_base(in_cp.number, split) if in_cp else 0)
     rp = spec.replay
     if isinstance(inp, UnionInput | ReplayInput) or (
-        rp is not None and (isinstance(inp, ShuffleInput) or in_cp.number in rp.drop)
+        rp is not None
+        and (isinstance(inp, ShuffleInput) or (in_cp is not None and in_cp.number in rp.drop))
     ):
         state.ids = array("q")  # records carry explicit (original) ids
     groups: list[tuple[CapturePoint, array | None]] = []
@@ -205,7 +207,7 @@ def run_segment(spec: SegmentSpec, split: int, iterator: Iterator) -> Iterator:
     # generator that an exception ends for good, so in its segment nothing is skipped: the
     # failure is recorded and the task fails, as under "fail".
     skip = spec.on_error == "skip" and not any(op.name == "mapPartitions" for op in spec.ops)
-    on_fail = None
+    on_fail: Callable[[BaseException], None] | None = None
     if skip:
         on_fail = (
             partial(_record_failure, journal, inp, state, split) if journal is not None else _ignore
@@ -213,7 +215,7 @@ def run_segment(spec: SegmentSpec, split: int, iterator: Iterator) -> Iterator:
     records = _apply_ops(records, spec.ops, split, state, groups, on_fail)
     if groups:  # after a partition-lineage mapPartitions every record derives from its group
         ids.const = record_id_base(groups[-1][0].number, split)
-    if skip:
+    if on_fail is not None:  # skip
         records = _skipping(records, on_fail)
     try:
         yield from sink.run(records)
@@ -344,7 +346,7 @@ def _make_input(
         keep = rp.keep.get(inp.cp.number)
         return inputs.replay_shuffle_input(state, iterator, count, inp, keep, drop)
     if isinstance(inp, ShuffleInput):
-        if inp.kind == "aggregate":
+        if inp.kind == "aggregate" and inp.merge_combiners is not None:
             return inputs.aggregate_input(
                 state, iterator, count, inp.merge_combiners, inp.capture if capture else None
             )
@@ -406,9 +408,17 @@ def _apply_ops(
                 f = _guarded(f, on_fail)
             records = chain.from_iterable(map(f, records))
         elif name == "mapValues":
-            records = map(lambda kv, f=f: (kv[0], f(kv[1])), records)
+
+            def map_value(kv: tuple[Any, Any], f: Callable[[Any], Any] = f) -> tuple[Any, Any]:
+                return (kv[0], f(kv[1]))
+
+            records = map(map_value, records)
         elif name == "keyBy":
-            records = map(lambda x, f=f: (f(x), x), records)
+
+            def key_by(x: Any, f: Callable[[Any], Any] = f) -> tuple[Any, Any]:
+                return (f(x), x)
+
+            records = map(key_by, records)
         elif name == "values":
             records = map(itemgetter(1), records)
         elif name == "keys":

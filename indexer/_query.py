@@ -19,6 +19,7 @@ import queue
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future
+from functools import partial
 from operator import attrgetter
 from typing import Any
 
@@ -78,7 +79,7 @@ class _Parser:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self._jobs: queue.SimpleQueue[tuple[str, Future[dict[str, Any]]]] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         os.register_at_fork(after_in_child=self._forget)
 
@@ -87,7 +88,7 @@ class _Parser:
         self._jobs = queue.SimpleQueue()
         self._thread = None
 
-    def parse(self, text: str) -> dict:
+    def parse(self, text: str) -> dict[str, Any]:
         """Validate `text` against the per-event schema and return its syntax tree."""
         with self._lock:
             if self._thread is None:
@@ -99,7 +100,7 @@ class _Parser:
                     self._thread.start()
                 finally:
                     threading.stack_size(old)
-        done: Future = Future()
+        done: Future[dict[str, Any]] = Future()
         self._jobs.put((text, done))
         return done.result()
 
@@ -121,7 +122,8 @@ MAX_DEPTH = 16
 
 def _depth(ast: Mapping[str, Any]) -> int:
     """Nesting depth of a syntax tree (iteratively: the tree may be very deep)."""
-    deepest, todo = 0, [(ast, 1)]
+    deepest = 0
+    todo: list[tuple[Any, int]] = [(ast, 1)]
     while todo:
         node, d = todo.pop()
         deepest = max(deepest, d)
@@ -134,11 +136,15 @@ def _depth(ast: Mapping[str, Any]) -> int:
     return deepest
 
 
+def _attribute_is(name: str, value: str, e: ProvenanceEvent) -> bool:
+    return e.attributes.get(name) == value
+
+
 def _true(_e: ProvenanceEvent) -> bool:
     return True
 
 
-def _one_line(text: str) -> str:
+def _one_line(text: object) -> str:
     return " ".join(str(text).split())
 
 
@@ -236,13 +242,16 @@ class UserQuery:
             get = _TEXT_GET[node["field_name"]]
             return lambda e: same(get(e))
         if field == "attr":
-            return lambda e: same(e.attributes.get(attr))
+            key = str(attr)  # set for attribute fields
+            return lambda e: same(e.attributes.get(key))
         want = self._int(phrase, node["field_name"])
         iget = _INT_GET[node["field_name"]]
         return lambda e: iget(e) == want
 
-    def _bounds(self, node: Mapping[str, Any], conv: Callable[[str], Any]):
-        out = []
+    def _bounds(
+        self, node: Mapping[str, Any], conv: Callable[[str], Any]
+    ) -> list[tuple[Any, bool]]:
+        out: list[tuple[Any, bool]] = []
         for side in ("lower", "upper"):
             b = node[side]
             if b["type"] == "unbounded":
@@ -280,8 +289,9 @@ class UserQuery:
             values = frozenset(elements)
             return lambda e: get(e) in values
         if field == "attr":
+            key = str(attr)  # set for attribute fields
             values = frozenset(elements)
-            return lambda e: e.attributes.get(attr) in values
+            return lambda e: e.attributes.get(key) in values
         if field == "int":
             iget = _INT_GET[name]
             ints = frozenset(self._int(x, name) for x in elements)
@@ -289,10 +299,11 @@ class UserQuery:
         raise QueryError(f"set queries on {name!r} are not supported")
 
     def _bool(self, node: Mapping[str, Any]) -> EventTest:
-        must, should, must_not = [], [], []
+        must: list[EventTest] = []
+        should: list[EventTest] = []
+        must_not: list[EventTest] = []
         for occur, sub in node["clauses"]:
-            test = self._compile(sub)
-            {"must": must, "must_not": must_not}.get(occur, should).append(test)
+            {"must": must, "must_not": must_not}.get(occur, should).append(self._compile(sub))
         if not must and not should:
             # `a AND NOT b` parses as must(a), must(group(must_not(b))). Tantivy makes such a
             # group match nothing (so the whole query matches nothing); boolean logic, which
@@ -336,7 +347,9 @@ def _any(queries: list[Query]) -> Query:
     return Query.boolean_query([(_SHOULD, q) for q in queries])
 
 
-def overlap(field: str, lo: int | None, hi: int | None, lo_inc=True, hi_inc=True) -> Query:
+def overlap(
+    field: str, lo: int | None, hi: int | None, lo_inc: bool = True, hi_inc: bool = True
+) -> Query:
     """Spans whose [low, high] bounds of a per-event field meet the range lo..hi."""
     low_f, high_f = BOUND_FIELDS[field]
     parts = []
@@ -452,7 +465,7 @@ class Predicates:
             comps = self.components
             tests.append(lambda e: e.component_id in comps)
         for k, v in self.attributes.items():
-            tests.append(lambda e, k=k, v=v: e.attributes.get(k) == v)
+            tests.append(partial(_attribute_is, k, v))
         if self.query is not None:
             tests.append(self.query.matches)
         return tests

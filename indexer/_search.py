@@ -81,22 +81,23 @@ def candidate_spans(
     infos = shards.overlapping(preds.start_ns, preds.end_ns)
     seq = itertools.count()
 
-    def bound(hit_or_info) -> int:
-        if isinstance(hit_or_info, ShardInfo):
-            t = hit_or_info.max_time_ns if newest_first else hit_or_info.min_time_ns
-        else:
-            t = hit_or_info.max_time_ns if newest_first else hit_or_info.min_time_ns
+    def bound(hit_or_info: ShardInfo | SpanHit) -> int:
+        t = hit_or_info.max_time_ns if newest_first else hit_or_info.min_time_ns
+        assert t is not None  # overlapping() returns only shards with time bounds
         return -t if newest_first else t
 
     # Heap entries: (bound, seq, shard info, None) until the shard is opened, then
     # (bound, seq, hit, iterator) for its next hit.
-    heap: list[tuple] = [(bound(i), next(seq), i, None) for i in infos]
+    heap: list[tuple[int, int, ShardInfo | SpanHit, Iterator[SpanHit] | None]]
+    heap = [(bound(i), next(seq), i, None) for i in infos]
     heapq.heapify(heap)
     while heap:
         _, _, item, it = heapq.heappop(heap)
         if it is None:
+            assert isinstance(item, ShardInfo)
             it = _shard_hits(shards, item, preds, newest_first)
         else:
+            assert isinstance(item, SpanHit)
             yield item
         nxt = next(it, None)
         if nxt is not None:

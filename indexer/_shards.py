@@ -96,7 +96,7 @@ class ShardSet:
         self._indexes: dict[str, tuple[tantivy.Index, int]] = {}
         # Writing state (owner only).
         self._next_id = 1  # in memory: every log below it is added (committed or not)
-        self._writer = None
+        self._writer: tantivy.IndexWriter | None = None
         self._windex: tantivy.Index | None = None
         self._wshard: ShardInfo | None = None
         self._pending: list[LogSpans] = []
@@ -244,7 +244,7 @@ class ShardSet:
             q = tantivy.Query.range_query(
                 SPAN_SCHEMA, "log", tantivy.FieldType.Integer, log_id, None
             )
-            return index.searcher().search(q, 1).count > 0
+            return len(index.searcher().search(q, 1).hits) > 0
         except ValueError as e:
             raise IndexDamaged(f"shard {info.name}: {e}") from e
 
@@ -278,7 +278,7 @@ class ShardSet:
         """Move past a log that has nothing to index (it vanished before it was indexed)."""
         self.add(LogSpans(log_id, next_id, []))
 
-    def _writer_for_write(self):
+    def _writer_for_write(self) -> tantivy.IndexWriter:
         if self._writer is None:
             if self._wshard is None:
                 self._new_shard()

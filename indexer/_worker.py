@@ -47,7 +47,7 @@ class IndexStats:
     errors: int = 0
     last_error: str | None = None
     last_lag: float | None = None  # seconds from a rollover's end until its events searchable
-    lags: deque = field(default_factory=lambda: deque(maxlen=1000))
+    lags: deque[float] = field(default_factory=lambda: deque(maxlen=1000))
 
 
 class IndexWorker(Generic[S]):
@@ -188,7 +188,7 @@ class IndexWorker(Generic[S]):
     # -- rebuilding --------------------------------------------------------------------------
 
     def rebuild(
-        self, sources: Iterable[S], progress: Callable[[int], None] | None = None
+        self, sources: Iterable[S], progress: Callable[[int], object] | None = None
     ) -> ShardSet:
         """Build a fresh index from `sources` beside the current one, then swap it in.
 

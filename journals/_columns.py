@@ -26,13 +26,17 @@ Five codecs, all vectorized with numpy (no per-value Python work):
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import msgspec
 import numpy as np
+from numpy.typing import ArrayLike
 
 RANGE, PLAIN, DELTA, SHUFFLED, SEGMENTED = 0, 1, 2, 3, 4
 _WIDTHS = (1, 2, 4, 8)
-_LE = {w: np.dtype(f"<u{w}") for w in _WIDTHS}  # storage is little-endian on every host
+_LE: dict[int, np.dtype[np.unsignedinteger[Any]]] = {
+    w: np.dtype(f"<u{w}") for w in _WIDTHS
+}  # storage is little-endian on every host
 
 
 def _width_for(span: int) -> int:
@@ -66,19 +70,24 @@ def _zigzag(d: np.ndarray) -> np.ndarray:
 
 
 def _unzigzag(z: np.ndarray) -> np.ndarray:
-    return (z >> np.uint64(1)).astype(np.int64) ^ -(z & np.uint64(1)).astype(np.int64)
+    out: np.ndarray = (z >> np.uint64(1)).astype(np.int64) ^ -(z & np.uint64(1)).astype(np.int64)
+    return out
 
 
 def _shuffle(u: np.ndarray, w: int) -> bytes:
     """Non-negative values as `w`-byte little-endian ints, byte plane by byte plane."""
-    return u.astype(_LE[w]).view(np.uint8).reshape(len(u), w).T.tobytes()
+    out: bytes = u.astype(_LE[w]).view(np.uint8).reshape(len(u), w).T.tobytes()
+    return out
 
 
-def _unshuffle(data, offset: int, n: int, w: int, a: int = 0, b: int | None = None) -> np.ndarray:
+def _unshuffle(
+    data: bytes | memoryview, offset: int, n: int, w: int, a: int = 0, b: int | None = None
+) -> np.ndarray:
     """Values [a, b) of `n` byte-shuffled `w`-byte values starting at byte `offset`."""
     b = n if b is None else b
     planes = np.frombuffer(data, dtype=np.uint8, count=n * w, offset=offset).reshape(w, n)
-    return planes[:, a:b].T.copy().view(_LE[w]).reshape(b - a).astype(np.uint64)
+    out: np.ndarray = planes[:, a:b].T.copy().view(_LE[w]).reshape(b - a).astype(np.uint64)
+    return out
 
 
 def _row_starts(counts: np.ndarray, n: int) -> np.ndarray:
@@ -86,7 +95,7 @@ def _row_starts(counts: np.ndarray, n: int) -> np.ndarray:
     counts = np.asarray(counts, dtype=np.int64)
     if int(counts.sum()) != n or (counts.size and counts.min() < 0):
         raise ValueError(f"row lengths must be non-negative and sum to {n}")
-    starts = np.cumsum(counts) - counts
+    starts: np.ndarray = np.cumsum(counts) - counts
     return starts[counts > 0]
 
 
@@ -104,7 +113,7 @@ class IntColumn(msgspec.Struct, array_like=True, gc=False, frozen=True):
         return cls(RANGE, len(r), r.start, r.step, b"")
 
     @classmethod
-    def from_array(cls, values) -> IntColumn:
+    def from_array(cls, values: ArrayLike) -> IntColumn:
         """Pack an array of ints (RANGE when it is a progression, else PLAIN)."""
         arr = np.ascontiguousarray(values, dtype=np.int64)
         n = len(arr)
@@ -127,7 +136,7 @@ class IntColumn(msgspec.Struct, array_like=True, gc=False, frozen=True):
         return cls(PLAIN, len(arr), lo, w, packed.tobytes())
 
     @classmethod
-    def stored(cls, values, counts: np.ndarray | None = None) -> IntColumn:
+    def stored(cls, values: ArrayLike, counts: np.ndarray | None = None) -> IntColumn:
         """The storage form of `values` in one step: what `from_array(values).compacted(counts)`
         gives, without packing to PLAIN and unpacking again (rollover cuts every batch into
         block slices and stores each)."""
@@ -159,7 +168,8 @@ class IntColumn(msgspec.Struct, array_like=True, gc=False, frozen=True):
             return self.base + self.width * np.arange(self.n, dtype=np.int64)
         if self.codec == PLAIN:
             raw = np.frombuffer(self.data, dtype=_LE[self.width], count=self.n)
-            return raw.astype(np.int64) + np.int64(self.base)
+            out: np.ndarray = raw.astype(np.int64) + np.int64(self.base)
+            return out
         if self.codec == SHUFFLED:
             out = _unshuffle(self.data, 0, self.n, self.width).astype(np.int64)
             out += np.int64(self.base)
@@ -193,7 +203,8 @@ class IntColumn(msgspec.Struct, array_like=True, gc=False, frozen=True):
         w = self.width
         if self.codec == PLAIN:
             raw = np.frombuffer(self.data, dtype=_LE[w], count=stop - start, offset=start * w)
-            return raw.astype(np.int64) + np.int64(self.base)
+            values: np.ndarray = raw.astype(np.int64) + np.int64(self.base)
+            return values
         if self.codec == SHUFFLED:
             out = _unshuffle(self.data, 0, self.n, w, start, stop).astype(np.int64)
             out += np.int64(self.base)
@@ -298,7 +309,8 @@ def _rice_k(scale: int, lens: np.ndarray) -> np.ndarray:
     """Rice parameter per row: floor(log2(scale / len)), at least 0, computed in integers
     (frexp's exponent is an exact bit length) so encoder and decoder always agree."""
     ratio = np.maximum(np.int64(scale) // np.maximum(lens, 1), 1)
-    return np.frexp(ratio.astype(np.float64))[1].astype(np.int64) - 1
+    k: np.ndarray = np.frexp(ratio.astype(np.float64))[1].astype(np.int64) - 1
+    return k
 
 
 def _segmented(arr: np.ndarray, starts: np.ndarray) -> IntColumn:
@@ -471,4 +483,5 @@ def _rice_decode(
         raise ValueError("SEGMENTED column: Rice stream is truncated")
     prev = ones[want - 1] if want else -1
     q = np.diff(ones[want : want + n], prepend=prev) - 1
-    return (q.astype(np.uint64) << k64) | low
+    out: np.ndarray = (q.astype(np.uint64) << k64) | low
+    return out

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import enum
 import itertools
+from collections.abc import Iterable
 from itertools import repeat
+from typing import Any
 
 import msgspec
 import numpy as np
@@ -62,9 +64,9 @@ class ProvenanceEvent(msgspec.Struct, array_like=True, gc=False):
     details: str | None = None
     event_id: int = 0
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict (event type by name, location as an object)."""
-        return msgspec.to_builtins(
+        out: dict[str, Any] = msgspec.to_builtins(
             {
                 "event_id": self.event_id,
                 "event_time_ns": self.event_time_ns,
@@ -87,6 +89,7 @@ class ProvenanceEvent(msgspec.Struct, array_like=True, gc=False):
                 "details": self.details,
             }
         )
+        return out
 
 
 class LineageBatch(msgspec.Struct, array_like=True, gc=False, kw_only=True):
@@ -233,10 +236,11 @@ class LineageBatch(msgspec.Struct, array_like=True, gc=False, kw_only=True):
         """
         pack = IntColumn.stored if stored else IntColumn.from_array
         ids = None if self.record_ids.codec == RANGE else self.record_ids.to_array()
-        counts = parents = starts = offs = vo = None
+        counts = offs = vo = None
+        parents = starts = np.zeros(0, dtype=np.int64)  # used only where counts is set
         if self.parent_counts is not None and self.parent_ids is not None:
             counts = self.parent_counts.to_array()
-            parents = self.parent_array()
+            parents = self.parent_ids.to_array(counts)
             starts = self.parent_starts()
         if self.offsets is not None:
             offs = self.offsets.to_array()
@@ -251,7 +255,7 @@ class LineageBatch(msgspec.Struct, array_like=True, gc=False, kw_only=True):
                 pi = IntColumn.stored(p, counts[a:b]) if stored else IntColumn.from_array(p)
             if offs is not None:
                 off = pack(offs[a : b + 1])
-            if vo is not None:
+            if vo is not None and self.values is not None:
                 vals = self.values[int(vo[a]) : int(vo[b])]
                 voff = pack(vo[a : b + 1] - vo[a])
             out.append(
@@ -357,9 +361,10 @@ class LineageBatch(msgspec.Struct, array_like=True, gc=False, kw_only=True):
         if k <= 0:
             return []
         ids = self.record_ids.take(start, stop).tolist()
-        if self.parent_ids is not None:
+        all_parents = self.parent_array()
+        if all_parents is not None:
             starts = self.parent_starts()
-            flat = self.parent_array()[starts[start] : starts[stop]].tolist()
+            flat = all_parents[starts[start] : starts[stop]].tolist()
             b = (starts[start : stop + 1] - starts[start]).tolist()
             parents = [flat[x:y] for x, y in itertools.pairwise(b)]
         else:
@@ -368,7 +373,9 @@ class LineageBatch(msgspec.Struct, array_like=True, gc=False, kw_only=True):
             uri = self.location.uri if self.location is not None else ""
             offs = self.offsets.take(start, stop + 1)
             # map over prepared columns: half the cost of a comprehension over pairs
-            locs = list(map(Location, repeat(uri, k), offs[:-1].tolist(), np.diff(offs).tolist()))
+            locs: Iterable[Location | None] = list(
+                map(Location, repeat(uri, k), offs[:-1].tolist(), np.diff(offs).tolist())
+            )
         else:
             locs = repeat(self.location, k)
         attrs = self.attributes

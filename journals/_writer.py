@@ -15,6 +15,7 @@ import re
 import socket
 import time
 from collections.abc import Iterable, Sequence
+from types import TracebackType
 from typing import Literal
 
 import msgspec
@@ -186,7 +187,12 @@ class JournalWriter:
     def __enter__(self) -> JournalWriter:
         return self
 
-    def __exit__(self, exc_type, exc, tb) -> None:
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         if exc_type is None and self._state == "open":
             self.seal()
         else:

@@ -53,10 +53,10 @@ def parse_size(value: str | int, what: str = "size") -> int:
         binary = "i" in unit
         prefix = unit[:1] if unit[:1] in "kmgt" and unit else ""
         mult = (1024 ** ("kmgt".index(prefix) + 1)) if (binary and prefix) else _SIZE_UNITS[prefix]
-        size = float(m.group(1)) * mult
-        if not math.isfinite(size):
+        scaled = float(m.group(1)) * mult
+        if not math.isfinite(scaled):
             raise ConfigError(f"{what}: {value!r} is too large")
-        size = int(size)
+        size = int(scaled)
     if size < 0:
         raise ConfigError(f"{what}: must not be negative, got {value!r}")
     return size

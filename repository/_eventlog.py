@@ -99,7 +99,8 @@ class LogWriter:
         self._write(encode_log_header(LogHeader(first_id, self.created_ns, journals)))
         self._entries: list[Entry] = []
         self._size = 0
-        self._bmin = self._bmax = None
+        self._bmin: int | None = None  # event time bounds of the block being filled
+        self._bmax: int | None = None
         self._block_first = first_id
         self.block_offsets: list[int] = []
         self.block_first_ids: list[int] = []
@@ -109,7 +110,7 @@ class LogWriter:
         self.rich_events = 0
         self.skipped_records = 0
         self._pool = ThreadPoolExecutor(threads, "provrepo-zstd") if threads > 1 else None
-        self._pending: deque[tuple[Future | bytes, int, int, int, int]] = deque()
+        self._pending: deque[tuple[Future[bytes] | bytes, int, int, int, int]] = deque()
 
     @property
     def count(self) -> int:
@@ -187,10 +188,10 @@ class LogWriter:
                 plan.append(None)
                 size = 0
             i = j
-        cuts = [0] + [step[1] for step in plan if step is not None]
+        cuts = [0] + [cut[1] for cut in plan if cut is not None]
         slices = iter(batch.split(cuts, stored=True))  # straight to the storage form
-        for step in plan:
-            if step is None:
+        for cut in plan:
+            if cut is None:
                 self._flush_block()
                 continue
             sl = next(slices)
@@ -213,6 +214,7 @@ class LogWriter:
         if not self._entries:
             self._size = 0
             return
+        assert self._bmin is not None and self._bmax is not None  # set by every entry added
         raw = encode_entries(self._entries)
         job = self._pool.submit(compress_block, raw, self.level) if self._pool else None
         item = job if job is not None else compress_block(raw, self.level)

@@ -25,6 +25,7 @@ from bisect import bisect_right
 from dataclasses import dataclass
 from itertools import repeat
 from operator import attrgetter
+from typing import cast
 
 import msgspec
 from tqdm import tqdm
@@ -65,16 +66,17 @@ def summarize_log(path: str, toc: Toc, attributes: frozenset[str]) -> LogSpans:
             except BlockError as e:
                 log.warning("not indexing block %d of %s: %s", i, path, e)
                 continue
-            for e in entries:
-                if isinstance(e, EventRun) and e.count <= budget:
-                    spans.append(_rich_span(toc.first_id, e, attributes))
-                    budget -= e.count
-                elif isinstance(e, EventRun):
-                    spans.append(_opaque_span(toc, i, e))
-                elif isinstance(e, BatchSlice) and e.first_id in starts:
-                    batches[e.first_id] = e.batch
+            for entry in entries:
+                if isinstance(entry, EventRun) and entry.count <= budget:
+                    spans.append(_rich_span(toc.first_id, entry, attributes))
+                    budget -= entry.count
+                elif isinstance(entry, EventRun):
+                    spans.append(_opaque_span(toc, i, entry))
+                elif isinstance(entry, BatchSlice) and entry.first_id in starts:
+                    batches[entry.first_id] = entry.batch
         for b in toc.batches:
             lb = batches.get(b.first_event_id)
+            attrs: dict[str, tuple[str, ...]]
             if lb is not None:
                 t0 = t1 = lb.event_time_ns
                 attrs = {k: (v,) for k, v in lb.attributes.items() if k in attributes}
@@ -171,22 +173,22 @@ def _rich_span(log_id: int, run: EventRun, attributes: frozenset[str]) -> Span:
             vals = set(map(dict.get, dicts, repeat(a)))
             vals.discard(None)
             if vals:
-                attrs[a] = tuple(sorted(vals))
-    fields = {
-        "types": values("event_type"),
-        "runs": values("run_id"),
-        "components": values("component_id"),
-        "component_types": values("component_type"),
-        "partitions": values("partition"),
-        "attempts": values("attempt"),
-    }
+                attrs[a] = tuple(sorted(cast("set[str]", vals)))
+    fields = (
+        types := values("event_type"),
+        runs := values("run_id"),
+        components := values("component_id"),
+        component_types := values("component_type"),
+        partitions := values("partition"),
+        attempts := values("attempt"),
+    )
     lo, hi = min(times), max(times)
     # Uniform: one event decides for all (every field a search can test is the same; the
     # attributes must be known for that). Rich runs rarely are; lineage batches always are.
     uniform = (
         lo == hi
         and bool(attributes)
-        and all(len(v) == 1 for v in fields.values())
+        and all(len(v) == 1 for v in fields)
         and all(d == dicts[0] for d in dicts)
     )
     return Span(
@@ -195,9 +197,14 @@ def _rich_span(log_id: int, run: EventRun, attributes: frozenset[str]) -> Span:
         count=run.count,
         min_time_ns=lo,
         max_time_ns=hi,
+        types=types,
+        runs=runs,
+        components=components,
+        component_types=component_types,
+        partitions=partitions,
+        attempts=attempts,
         attributes=attrs,
         uniform=uniform,
-        **fields,
     )
 
 

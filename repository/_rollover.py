@@ -1,8 +1,9 @@
 """Rollover: merge sealed journals into one event log, then delete them.
 
-Order of durability (invariant 3): the log and its toc are fsynced and renamed into place, the
-id high-water mark is raised, and only then are the journals deleted. The toc names the journals
-it holds, so recovery can finish an interrupted deletion instead of merging them twice.
+Order of durability (README Guarantees 1 and 2): the log and its toc are fsynced and renamed
+into place, the id high-water mark is raised, and only then are the journals deleted. The toc
+names the journals it holds, so recovery can finish an interrupted deletion instead of merging
+them twice.
 Ids are assigned in a deterministic order (journals by name, frames in file order), so a rollover
 redone from the same journals assigns the same ids.
 """
@@ -53,7 +54,7 @@ class AttemptRegistry:
 
     Spark retries and speculative attempts can each seal a complete journal; the first attempt
     merged for a key wins and every other attempt's batches for that key are dropped, in this
-    rollover and in later ones (invariant 6).
+    rollover and in later ones (README Guarantee 6).
     """
 
     def __init__(self) -> None:
@@ -87,7 +88,7 @@ class MergeResult:
 
 def sealed_journals(containers: list[str]) -> list[str]:
     """Paths of every sealed journal, in merge order (by name: creation time first)."""
-    found = []
+    found: list[tuple[str, str]] = []
     for c in containers:
         found.extend((n, os.path.join(c, n)) for n in listdir(c) if n.endswith(SEALED_SUFFIX))
     found.sort()
@@ -96,7 +97,7 @@ def sealed_journals(containers: list[str]) -> list[str]:
 
 def open_journals(containers: list[str]) -> list[str]:
     """Paths of journals still being written (or abandoned by a writer that died)."""
-    out = []
+    out: list[str] = []
     for c in containers:
         out.extend(os.path.join(c, n) for n in listdir(c) if n.endswith(OPEN_SUFFIX))
     return sorted(out)

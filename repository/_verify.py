@@ -115,13 +115,13 @@ def _verify_log(prov: str, toc, counts: dict) -> list[str]:
                     problems.append(
                         f"{prov}@{offset}: block {i} does not start at id {toc.block_first_ids[i]}"
                     )
-                for e in entries:
-                    if e.first_id != expect_id:
+                for entry in entries:
+                    if entry.first_id != expect_id:
                         problems.append(
-                            f"{prov}@{offset}: entry at id {e.first_id}, expected {expect_id}"
+                            f"{prov}@{offset}: entry at id {entry.first_id}, expected {expect_id}"
                         )
-                    expect_id = e.first_id + e.count
-                    counts["events"] += e.count
+                    expect_id = entry.first_id + entry.count
+                    counts["events"] += entry.count
             if expect_id != toc.next_id:
                 problems.append(f"{prov}: blocks end at id {expect_id}, toc says {toc.next_id}")
             if expect_offset != size:

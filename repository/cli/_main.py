@@ -21,7 +21,7 @@ import os
 import sys
 from collections.abc import Callable
 from importlib.metadata import entry_points
-from typing import NoReturn
+from typing import NoReturn, cast
 
 from .. import BadInput, RepositoryError, RepositoryLocked
 from ._args import Subparsers
@@ -48,7 +48,10 @@ def build_parser() -> argparse.ArgumentParser:
         prog="provrepo",
         description="A persistent provenance repository for record-level Spark lineage.",
     )
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub = cast(
+        Subparsers,
+        parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser),
+    )
     sub.required = True
 
     register_event_commands(sub)  # events, event, stats, verify
@@ -61,10 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _plugins() -> list[Callable[[Subparsers], None]]:
-    try:
-        eps = entry_points(group="provrepo.commands")
-    except TypeError:  # Python 3.10 without the selectable API
-        eps = entry_points().get("provrepo.commands", [])
+    eps = entry_points(group="provrepo.commands")
     out: list[Callable[[Subparsers], None]] = []
     for ep in sorted(eps, key=lambda e: e.name):
         try:

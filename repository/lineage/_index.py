@@ -18,6 +18,7 @@ from bisect import bisect_right
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -33,6 +34,7 @@ from journals import (
 from .._blocks import BatchSlice
 from .._errors import NotFound
 from .._store import LogStore
+from .._toc import BatchRef
 from ._raw import read_ranges
 
 PARTITION_BITS = MAX_PARTITION.bit_length()
@@ -161,20 +163,22 @@ class LineageIndex:
                 self._cache_bytes = 0
                 self._whole.clear()
                 self._whole_bytes = 0
-            touched = set()
+            touched: set[tuple[str, int, int] | None] = set()
             for r in readers:
                 if r.first_id in self._seen:
                     continue
                 self._seen.add(r.first_id)
                 for b in r.toc.batches:
                     touched.add(self._add(r.first_id, b))
-            for key in touched - {None}:
+            for key in touched:
+                if key is None:
+                    continue
                 locs = self._dirs[key[0]][key[1:]]
                 locs.sort(key=lambda x: x.pos_start)
                 self._firsts[key] = [x.pos_start for x in locs]
             self._infos.clear()
 
-    def _add(self, log_first: int, b) -> None:
+    def _add(self, log_first: int, b: BatchRef) -> tuple[str, int, int] | None:
         if b.record_step != 1:
             return None  # not positional record ids: not part of a Spark run's lineage
         cp, part, pos = unpack_record_id(b.record_start)
@@ -239,13 +243,13 @@ class LineageIndex:
             for (cp, _part), locs in d.items():
                 if locs[0].component_type == RUN_COMPONENT_TYPE:
                     continue
-                info = cps.get(cp)
-                if info is None:
-                    info = cps[cp] = CapturePointInfo(
+                cpi = cps.get(cp)
+                if cpi is None:
+                    cpi = cps[cp] = CapturePointInfo(
                         cp, locs[0].component_id, locs[0].component_type, locs[0].event_type
                     )
-                info.records += sum(x.count for x in locs)
-                info.associations += sum(x.associations for x in locs)
+                cpi.records += sum(x.count for x in locs)
+                cpi.associations += sum(x.associations for x in locs)
             first, last, records = self._run_ids[run_id]
             info = RunInfo(run_id, dict(sorted(cps.items())), desc, first, last, records)
             self._infos[run_id] = info
@@ -415,7 +419,8 @@ class LineageIndex:
         ends: list[np.ndarray] = []
         hops = 0
         while len(frontier) and (depth is None or hops < depth):
-            nxt, stuck = [], []
+            nxt: list[np.ndarray] = []
+            stuck: list[np.ndarray] = []
             cps = unpack_record_ids(frontier)[0]
             for cp in np.unique(cps).tolist():  # per capture point: some may end earlier
                 group = frontier[cps == cp]
@@ -603,7 +608,7 @@ class LineageIndex:
                 first = base + loc.pos_start + (sl.first_id - loc.first_event_id)
                 if sl.voffs is not None and sl.values is not None:
                     for li in local.tolist():
-                        out[first + li] = _value(sl, li)
+                        out[first + li] = _value(sl.values, sl.voffs, li)
                 elif sl.offsets is not None and sl.uri is not None:
                     todo = reads.setdefault(sl.uri, [])
                     for li in local.tolist():
@@ -615,8 +620,8 @@ class LineageIndex:
         return [out.get(int(r)) for r in ids]
 
 
-def _value(sl: _Slice, li: int):
-    raw = sl.values[int(sl.voffs[li]) : int(sl.voffs[li + 1])]
+def _value(values: bytes, voffs: np.ndarray, li: int) -> Any:
+    raw = values[int(voffs[li]) : int(voffs[li + 1])]
     try:
         return pickle.loads(raw)
     except Exception:  # a value that cannot be rebuilt here is shown as its bytes

@@ -317,9 +317,24 @@ class _Inst:
     """Out-degrees of the inputs of one actor instance (C, P, p)."""
 
     __slots__ = ("base", "c", "deg", "n", "p", "part", "stored")
+    base: int  # record id of position 0 at (P, p)
+    c: int
+    p: int
+    part: int
+    stored: np.ndarray  # positions of the inputs stored at (P, p), ascending
+    n: int
+    deg: np.ndarray  # out-degree into C of each stored input
 
     @classmethod
-    def build(cls, index, run, c: int, p: int, part: int, counts) -> _Inst:
+    def build(
+        cls,
+        index: LineageIndex,
+        run: str,
+        c: int,
+        p: int,
+        part: int,
+        counts: tuple[np.ndarray, np.ndarray],
+    ) -> _Inst:
         self = cls()
         self.c, self.p, self.part = c, p, part
         self.base = record_id_base(p, part)
@@ -536,12 +551,12 @@ def _score_type(info, insts, threshold, examples, bad_edges, good_edges, restric
     if good_edges is not None:
         bad_ids = [bad_edges[(c, p, i.part)] for i in insts if (c, p, i.part) in bad_edges]
         bad_all = np.concatenate(bad_ids) if bad_ids else np.array([], dtype=np.int64)
-        gdeg = [
+        gdegs = [
             i.degrees_of(np.setdiff1d(good_edges[(c, p, i.part)], bad_all))
             for i in insts
             if (c, p, i.part) in good_edges
         ]
-        gdeg = np.concatenate(gdeg) if gdeg else np.array([], dtype=np.int64)
+        gdeg = np.concatenate(gdegs) if gdegs else np.array([], dtype=np.int64)
         if len(gdeg):
             gv, gc = np.unique(gdeg, return_counts=True)
             gmed, gscale = _robust(gv, gc, floor=1.0)
@@ -566,6 +581,8 @@ def _score_type(info, insts, threshold, examples, bad_edges, good_edges, restric
         others = np.arange(k) != j
         sd = refs[j]
         nj = n[j]
+        m_med: float | None
+        s_med: float | None
         if k > 1:
             n_o = n[others].sum()
             m_med, s_med, o_med = centre
@@ -577,7 +594,7 @@ def _score_type(info, insts, threshold, examples, bad_edges, good_edges, restric
             z_o = _fisher_z(outl[j], nj, round(o_med * n_o), n_o)
             z_o = _z_min(z_o, orate[j], o_med, spread[2])
         else:
-            m_med = s_med = None
+            m_med = s_med = None  # no siblings: no typical multiplicity or selectivity
             z_m = z_s = 0.0
             z_o = _poisson_z(int(outl[j]), 1.0)  # no siblings: about one outlier by chance
         score = max(abs(z_m), abs(z_s), max(z_o, 0.0))

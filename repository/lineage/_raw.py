@@ -22,7 +22,7 @@ def read_ranges(uri: str, spans: Sequence[tuple[int, ...]]) -> list[str | None]:
                         mm[o : o + max(0, n)].rstrip(b"\r\n").decode("utf-8", "replace")
                         for o, n, *_ in spans
                     ]
-            out = []
+            out: list[str | None] = []
             for offset, length, *_ in spans:
                 f.seek(offset)
                 out.append(f.read(max(0, length)).rstrip(b"\r\n").decode("utf-8", "replace"))
