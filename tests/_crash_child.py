@@ -13,8 +13,8 @@ import signal
 import sys
 import time
 
+from _events import make_event
 from _faults import lineage_batch
-from conftest import make_event
 
 from journals import JournalWriter, WriterSpec
 

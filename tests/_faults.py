@@ -7,10 +7,11 @@ import os
 import subprocess
 import sys
 
+import _events as events
 import numpy as np
-from conftest import make_event
+from _events import make_event
 
-from journals import EventType, JournalReader, JournalWriter, LineageBatch, Location
+from journals import JournalReader, JournalWriter, Location
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
 PYTHON = sys.executable
@@ -18,19 +19,16 @@ PYTHON = sys.executable
 
 def lineage_batch(record_ids, *, component: str = "map#1", partition: int = 0, attempt: int = 0):
     """A columnar batch whose records carry `record_ids` (each with two parents and a location)."""
-    ids = np.asarray(record_ids, dtype=np.int64)
-    n = len(ids)
-    return LineageBatch.build(
-        event_time_ns=1_000 + n,
-        event_type=EventType.JOIN,
-        run_id="run-1",
-        component_id=component,
+    n = len(record_ids)
+    return events.lineage_batch(
+        record_ids,
+        parent_counts=np.full(n, 2),
+        parent_ids=np.arange(2 * n) + 7,
+        component=component,
         component_type="reducer",
         partition=partition,
         attempt=attempt,
-        record_ids=ids,
-        parent_counts=np.full(n, 2),
-        parent_ids=np.arange(2 * n) + 7,
+        time_ns=1_000 + n,
         offsets=np.arange(n + 1) * 10,
         location=Location("file:///in.txt"),
     )

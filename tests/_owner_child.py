@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import sys
 
-from conftest import make_event
+from _events import make_event
 
 from repository import ProvenanceRepository, RepositoryConfig
 

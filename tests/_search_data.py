@@ -10,6 +10,7 @@ from __future__ import annotations
 import random
 
 import numpy as np
+from _events import lineage_batch
 
 from journals import EventType, LineageBatch, Location, ProvenanceEvent
 
@@ -49,17 +50,16 @@ def rich_events(rng: random.Random, n: int, t0: int, t1: int) -> list[Provenance
 
 def batch(rng: random.Random, t: int, n: int, partition: int) -> LineageBatch:
     comp = rng.choice(COMPONENTS)
-    return LineageBatch.build(
-        event_time_ns=t,
-        event_type=EventType(rng.choice(TYPES)),
-        run_id=rng.choice(RUNS),
-        component_id=comp,
-        component_type=COMPONENT_TYPES.get(comp, "sink"),
-        partition=partition,
-        attempt=0,
-        record_ids=range(n),
+    return lineage_batch(
+        range(n),
         parent_counts=np.ones(n, dtype=np.int64),
         parent_ids=np.arange(n),
+        time_ns=t,
+        event_type=rng.choice(TYPES),
+        run=rng.choice(RUNS),
+        component=comp,
+        component_type=COMPONENT_TYPES.get(comp, "sink"),
+        partition=partition,
         attributes={"host": rng.choice(HOSTS), "code": f"E{rng.randrange(5)}"},
     )
 

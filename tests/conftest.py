@@ -1,31 +1,11 @@
-"""Shared fixtures: small repositories and generated events."""
+"""Shared fixtures: small repositories, the Spark session, a LineageContext (test data:
+`_events.py`)."""
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
-from journals import EventType, Location, ProvenanceEvent
 from repository import ProvenanceRepository, RepositoryConfig
-
-
-def make_event(i: int, run: str = "run-1", t: int | None = None) -> ProvenanceEvent:
-    """A realistic rich event whose record id is `i` (so tests can check order and identity)."""
-    return ProvenanceEvent(
-        event_time_ns=time.time_ns() if t is None else t,
-        event_type=EventType.RECEIVE if i % 3 else EventType.SEND,
-        run_id=run,
-        component_id=f"textFile#{i % 4}",
-        component_type="textFile",
-        partition=i % 7,
-        attempt=0,
-        record_id=i,
-        parent_ids=[i - 1] if i else [],
-        attributes={"host": f"w{i % 3}", "code": f"E{i % 50}"},
-        location=Location(uri="file:///data/x.log", offset=i * 80, length=80),
-        details=None,
-    )
 
 
 @pytest.fixture

@@ -9,8 +9,8 @@ import subprocess
 import sys
 
 import pytest
+from _events import make_event
 from _faults import TESTS, tree_hash, wait_for_line
-from conftest import make_event
 
 from repository import (
     ConfigError,

@@ -13,8 +13,8 @@ import signal
 import time
 
 import pytest
+from _events import make_event
 from _faults import child, files_under, lineage_batch, wait_for_line
-from conftest import make_event
 
 from journals import JournalWriter, WriterSpec
 from repository import ProvenanceRepository, RepositoryConfig

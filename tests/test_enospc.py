@@ -9,8 +9,8 @@ import os
 import subprocess
 
 import pytest
+from _events import make_event
 from _faults import files_under, lineage_batch
-from conftest import make_event
 
 import journals._writer as jwriter
 import repository._eventlog as eventlog

@@ -5,13 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import zstandard
-from conftest import make_event
+from _events import lineage_batch, make_event
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from journals import (
-    EventType,
-    IntColumn,
     JournalReader,
     JournalWriter,
     LineageBatch,
@@ -20,7 +18,7 @@ from journals import (
     pack_record_id,
     unpack_record_id,
 )
-from journals._columns import DELTA, SEGMENTED, SHUFFLED, _unpack_params
+from journals._columns import DELTA, SEGMENTED, SHUFFLED, IntColumn, _unpack_params
 
 
 @settings(deadline=None)  # numpy codecs: slow first calls on a loaded machine
@@ -107,18 +105,7 @@ def test_word_count_parents_get_the_segmented_codec():
     rows = [np.unique(rng.integers(i, 5000, rng.integers(1, 50))) for i in range(0, 4000, 4)]
     counts = np.array([len(r) for r in rows])
     parents = np.concatenate(rows)
-    batch = LineageBatch.build(
-        event_time_ns=1,
-        event_type=EventType.JOIN,
-        run_id="r",
-        component_id="c",
-        component_type="combiner",
-        partition=0,
-        attempt=0,
-        record_ids=range(len(rows)),
-        parent_counts=counts,
-        parent_ids=parents,
-    )
+    batch = lineage_batch(range(len(rows)), parent_counts=counts, parent_ids=parents)
     stored = batch.compacted()
     assert stored.parent_ids.codec == SEGMENTED
     assert _unpack_params(stored.parent_ids.width)[3] > 0  # gaps Rice-coded
@@ -160,17 +147,16 @@ def test_record_id_out_of_range_fails_loud():
 
 
 def _batch(n=5, first=0):
-    return LineageBatch.build(
-        event_time_ns=123,
-        event_type=EventType.JOIN,
-        run_id="r",
-        component_id="reduceByKey#3",
+    return lineage_batch(
+        range(first, first + n),
+        parent_counts=np.arange(n) % 3,
+        parent_ids=np.arange(int((np.arange(n) % 3).sum())) * 7,
+        run="r",
+        component="reduceByKey#3",
         component_type="reducer",
         partition=2,
         attempt=1,
-        record_ids=range(first, first + n),
-        parent_counts=np.arange(n) % 3,
-        parent_ids=np.arange(int((np.arange(n) % 3).sum())) * 7,
+        time_ns=123,
         offsets=np.arange(n + 1) * 10,
         values=[f"v{i}".encode() for i in range(n)],
         attributes={"k": "v"},

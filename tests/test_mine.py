@@ -10,10 +10,10 @@ import time
 
 import numpy as np
 import pytest
+from _events import lineage_batch, run_descriptor
 
-from journals import EventType, JournalWriter, LineageBatch, pack_record_id, record_id_base
+from journals import JournalWriter, record_id_base
 from repository import (
-    RUN_COMPONENT_TYPE,
     BadInput,
     MineReport,
     NotFound,
@@ -44,46 +44,23 @@ def write_run(repo, run, cps, records, descriptor=True):
         for (number, part), parents in sorted(records.items()):
             c = kinds[number]
             base = record_id_base(number, part)
-            kw = {}
-            if isinstance(parents, int):
-                n = parents
-            else:
-                n = len(parents)
-                kw = {
-                    "parent_counts": np.array([len(p) for p in parents], dtype=np.int64),
-                    "parent_ids": np.array([x for p in parents for x in p], dtype=np.int64),
-                }
+            n = parents if isinstance(parents, int) else len(parents)
             if n == 0:
                 continue  # the agent writes no batch for an empty partition
             w.append(
-                LineageBatch.build(
-                    event_time_ns=time.time_ns(),
-                    event_type=EventType(c["event_type"]),
-                    run_id=run,
-                    component_id=c["component_id"],
+                lineage_batch(
+                    range(base, base + n),
+                    parents=None if isinstance(parents, int) else parents,
+                    time_ns=time.time_ns(),
+                    event_type=c["event_type"],
+                    run=run,
+                    component=c["component_id"],
                     component_type=c["component_type"],
                     partition=part,
-                    attempt=0,
-                    record_ids=range(base, base + n),
-                    **kw,
                 )
             )
         if descriptor:
-            rid = pack_record_id(0, 1, 0)
-            desc = {"run_id": run, "version": 1, "capture_points": cps}
-            w.append(
-                LineageBatch.build(
-                    event_time_ns=time.time_ns(),
-                    event_type=EventType.CREATE,
-                    run_id=run,
-                    component_id="run",
-                    component_type=RUN_COMPONENT_TYPE,
-                    partition=1,
-                    attempt=0,
-                    record_ids=range(rid, rid + 1),
-                    details=json.dumps(desc),
-                )
-            )
+            w.append(run_descriptor(run, cps))
     repo.rollover()
 
 

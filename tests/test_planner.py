@@ -4,15 +4,13 @@ a front-end names nodes, registers capture points, wraps its actions, and gets b
 
 from __future__ import annotations
 
-import time
-
-import numpy as np
 import pytest
+from _events import lineage_batch
 
 from agent._plan import ParallelSource, PlanNode, UnionStart
 from agent._planner import Planner
 from agent._spec import NarrowOp
-from journals import EventType, LineageBatch, record_id_base
+from journals import record_id_base
 from repository import BadInput
 
 
@@ -27,20 +25,16 @@ def test_a_front_end_records_a_run_through_the_planner(repo):
         base, parent = record_id_base(out.number, 0), record_id_base(src.number, 0)
         for cp, ids, parents in [
             (src, range(parent, parent + 3), None),
-            (out, range(base, base + 3), np.arange(parent, parent + 3)),
+            (out, range(base, base + 3), [[parent + i] for i in range(3)]),
         ]:
             repo.register_events(
-                LineageBatch.build(
-                    event_time_ns=time.time_ns(),
-                    event_type=EventType[cp.event_type],
-                    run_id="run-p",
-                    component_id=cp.component_id,
+                lineage_batch(
+                    ids,
+                    parents=parents,
+                    run="run-p",
+                    component=cp.component_id,
                     component_type=cp.component_type,
-                    partition=0,
-                    attempt=0,
-                    record_ids=ids,
-                    parent_counts=None if parents is None else np.ones(3, dtype=np.int64),
-                    parent_ids=parents,
+                    event_type=cp.event_type,
                 )
             )
     lin = planner.lineage_of(out)

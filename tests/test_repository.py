@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import make_event
+from _events import lineage_batch, make_event
 
-from journals import EventType, JournalWriter, LineageBatch
+from journals import JournalWriter
 from repository import BadInput, ProvenanceRepository, RepositoryLocked
 
 
@@ -36,17 +36,8 @@ def test_ids_are_one_up_across_rollovers_and_reopen(tmp_path, config):
 
 def test_lineage_batches_are_per_record_events(repo):
     n = 100_000
-    batch = LineageBatch.build(
-        event_time_ns=5,
-        event_type=EventType.JOIN,
-        run_id="r",
-        component_id="c",
-        component_type="combiner",
-        partition=3,
-        attempt=0,
-        record_ids=range(n),
-        parent_counts=np.full(n, 2),
-        parent_ids=np.arange(2 * n),
+    batch = lineage_batch(
+        range(n), parent_counts=np.full(n, 2), parent_ids=np.arange(2 * n), partition=3
     )
     with JournalWriter.open(repo.writer_spec()) as w:
         w.append(batch)
@@ -58,16 +49,7 @@ def test_lineage_batches_are_per_record_events(repo):
 
 def test_duplicate_task_attempts_keep_one(repo):
     def batch(attempt):
-        return LineageBatch.build(
-            event_time_ns=1,
-            event_type="JOIN",
-            run_id="r",
-            component_id="c",
-            component_type="t",
-            partition=0,
-            attempt=attempt,
-            record_ids=range(10),
-        )
+        return lineage_batch(range(10), attempt=attempt)
 
     for attempt in (0, 1):
         with JournalWriter.open(repo.writer_spec()) as w:

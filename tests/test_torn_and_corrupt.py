@@ -7,8 +7,8 @@ import itertools
 import os
 
 import pytest
+from _events import make_event
 from _faults import files_under, tree_hash, write_sample_journal
-from conftest import make_event
 
 from journals import JournalReader
 from repository import ProvenanceRepository, RepositoryConfig

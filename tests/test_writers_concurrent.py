@@ -55,8 +55,8 @@ def test_journals_sealed_by_another_process_are_merged_promptly(tmp_path):
         p = child("_load_child.py", spec, "0", "3000", "1000", "500")
         _, err = p.communicate(timeout=60)
         assert p.returncode == 0, err
-        # A rollover publishes its log before it deletes the merged journals (guarantee:
-        # durable when sealed), so wait for both, not for the id alone.
+        # A rollover publishes its log before it deletes the merged journals (README
+        # Guarantee 2), so wait for both, not for the id alone.
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline and (
             repo.max_event_id < 3000 or repo.stats().journals_pending
