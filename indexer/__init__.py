@@ -6,28 +6,17 @@ here and the caller reads and filters the events exactly. This package imports o
 and tantivy; the repository feeds it spans and reads the events.
 """
 
-from ._model import LogSpans, Manifest, ShardInfo, Span, SpanHit
+from ._model import LogSpans, Span, SpanHit
 from ._query import Predicates, QueryError, UserQuery
-from ._schema import ATTRS_FIELD, BOUND_FIELDS, DEFAULT_FIELDS, INT_FIELDS, TEXT_FIELDS
 from ._search import candidate_spans
-from ._shards import IndexDamaged, ShardSet
-from ._worker import IndexStats, IndexWorker, LogSource
+from ._shards import ShardSet
+from ._worker import IndexWorker
 
 __all__ = [
-    "ATTRS_FIELD",
-    "BOUND_FIELDS",
-    "DEFAULT_FIELDS",
-    "INT_FIELDS",
-    "TEXT_FIELDS",
-    "IndexDamaged",
-    "IndexStats",
     "IndexWorker",
-    "LogSource",
     "LogSpans",
-    "Manifest",
     "Predicates",
     "QueryError",
-    "ShardInfo",
     "ShardSet",
     "Span",
     "SpanHit",

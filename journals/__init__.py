@@ -4,11 +4,9 @@ This package imports nothing else of provrepo, and nothing heavy: Spark Python w
 """
 
 from ._codec import EventsPayload, decode_event, decode_events
-from ._columns import IntColumn
 from ._files import TMP_SUFFIX, dir_bytes, file_bytes, fsync_dir, listdir, write_atomic
 from ._gc import gc_paused
 from ._ids import (
-    MAX_CAPTURE_POINT,
     MAX_PARTITION,
     MAX_POSITION,
     pack_record_id,
@@ -18,7 +16,7 @@ from ._ids import (
 )
 from ._loop import BackgroundLoop
 from ._model import EventType, LineageBatch, Location, ProvenanceEvent
-from ._reader import Frame, JournalProblem, JournalReader
+from ._reader import JournalProblem, JournalReader
 from ._writer import (
     OPEN_SUFFIX,
     SEALED_SUFFIX,
@@ -27,11 +25,9 @@ from ._writer import (
     JournalWriter,
     WriterSpec,
     host_tag,
-    journal_name,
 )
 
 __all__ = [
-    "MAX_CAPTURE_POINT",
     "MAX_PARTITION",
     "MAX_POSITION",
     "OPEN_SUFFIX",
@@ -41,8 +37,6 @@ __all__ = [
     "BackgroundLoop",
     "EventType",
     "EventsPayload",
-    "Frame",
-    "IntColumn",
     "JournalError",
     "JournalProblem",
     "JournalReader",
@@ -58,7 +52,6 @@ __all__ = [
     "fsync_dir",
     "gc_paused",
     "host_tag",
-    "journal_name",
     "listdir",
     "pack_record_id",
     "record_id_base",

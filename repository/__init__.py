@@ -8,7 +8,6 @@ from ._errors import BadInput, ConfigError, NotFound, RepositoryError, Repositor
 from ._export import ExportBatch, ExportCursor
 from ._repository import ProvenanceRepository
 from ._rollover import RolloverError, RolloverStats
-from ._search import parse_time
 from ._stats import RepositoryStats
 from ._verify import VerifyReport
 from .lineage import (
@@ -45,5 +44,4 @@ __all__ = [
     "VerifyReport",
     "parse_duration",
     "parse_size",
-    "parse_time",
 ]
