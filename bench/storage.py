@@ -3,11 +3,11 @@
     .venv/bin/python bench/storage.py [--runs 3] [--events 500000] [--text-mb 64]
 
 Every figure is the median of `--runs` runs, measured interleaved with its primitive (the
-cheapest thing that does the same work with the same libraries, see LIMITS.md) and printed as a
+cheapest thing that does the same work with the same libraries) and printed as a
 ratio to it. The script generates its own data in a temporary directory and deletes it.
 
 Workloads:
-- rich events shaped like tests/conftest.py `make_event` (attributes dict, parent list, location);
+- rich events shaped like tests/_events.py `make_event` (attributes dict, parent list, location);
 - columnar lineage of a word count over a Zipf text, journaled as Spark tasks would: per input
   partition a RECEIVE batch (one record per line, N+1 byte offsets) and a map-side combiner JOIN
   batch (one record per distinct word, parents = the lines holding it, CSR), and per reduce
@@ -52,7 +52,7 @@ CP_SOURCE, CP_COMBINE, CP_REDUCE = 1, 2, 3
 
 
 def make_event(i: int, t0: int) -> ProvenanceEvent:
-    """As tests/conftest.py `make_event`, with increasing event times."""
+    """As tests/_events.py `make_event`, with increasing event times."""
     return ProvenanceEvent(
         event_time_ns=t0 + i * 137,
         event_type=EventType.RECEIVE if i % 3 else EventType.SEND,
@@ -473,7 +473,7 @@ def report_lookups(lat: list[float], blat: list[float]) -> None:
 
 
 def bench_rich(root: str, n: int, runs: int, level: int) -> None:
-    print(f"\nRich events ({n:,} events like conftest make_event, frames of {FRAME:,})")
+    print(f"\nRich events ({n:,} events like tests/_events.py make_event, frames of {FRAME:,})")
     t0 = time.time_ns()
     events = [make_event(i, t0) for i in range(n)]
     raws = [r for f in encode_prefixed(events) for r in split_prefixed(f)]

@@ -74,7 +74,7 @@ def recover(layout: Layout, containers: list[str], store: LogStore) -> RecoveryR
     store.scan()
     # A crash between a log's rename (its commit point) and raising the id high-water mark
     # leaves the mark below the logs; raise it now, or deleting that log (by hand, age-off)
-    # would let its ids be handed out again (invariant 2).
+    # would let its ids be handed out again (README Guarantee 3).
     if store.next_id > IdGenerator.read_high_water(layout):
         os.makedirs(layout.state, exist_ok=True)
         write_atomic(layout.id_high_water, f"{store.next_id}\n".encode())
