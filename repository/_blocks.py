@@ -13,6 +13,7 @@ import struct
 import threading
 import zlib
 from bisect import bisect_right
+from typing import Any
 
 import msgspec
 import numpy as np
@@ -142,6 +143,11 @@ def compress_block(raw: bytes, level: int) -> bytes:
 
 def decode_block(framed: bytes | memoryview, where: str) -> list[Entry]:
     """Check, decompress and decode one framed block (header included)."""
+    return decode_framed(framed, where, _DECODER)
+
+
+def decode_framed(framed: bytes | memoryview, where: str, decoder: msgspec.msgpack.Decoder) -> Any:
+    """`decode_block` with another decoder: a log's derived files use the same framing."""
     if len(framed) < BLOCK_HEADER.size:
         raise BlockError(f"{where}: truncated block header")
     length, crc = BLOCK_HEADER.unpack_from(framed, 0)
@@ -152,7 +158,7 @@ def decode_block(framed: bytes | memoryview, where: str) -> list[Entry]:
         raise BlockError(f"{where}: block fails its crc32")
     try:
         raw = _decompressor().decompress(comp)
-        return _DECODER.decode(raw)
+        return decoder.decode(raw)
     except (zstandard.ZstdError, msgspec.DecodeError, msgspec.ValidationError) as e:
         raise BlockError(f"{where}: block does not decode: {e}") from e
 

@@ -15,8 +15,9 @@ import os
 import shutil
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from journals import (
     OPEN_SUFFIX,
@@ -103,14 +104,33 @@ def open_journals(containers: list[str]) -> list[str]:
     return sorted(out)
 
 
+class DerivedBuilder(Protocol):
+    """Builds a file derived from one event log while rollover writes the log (e.g. the
+    lineage forward index). Derived files are rebuildable: a builder that fails is dropped
+    with a logged error and never fails the rollover."""
+
+    def add_batch(self, batch: LineageBatch, first_event_id: int) -> None: ...
+
+    def commit(self, toc: Toc) -> None:
+        """Called once the log is committed: put the derived file in place."""
+
+    def discard(self) -> None: ...
+
+
+DerivedFactory = Callable[[int], DerivedBuilder]  # the log's first event id -> a builder
+
+
 def merge(
     layout: Layout,
     config: RepositoryConfig,
     journals: list[str],
     first_id: int,
     registry: AttemptRegistry,
+    derived: Sequence[DerivedFactory] = (),
 ) -> MergeResult:
-    """Merge `journals` into `<first_id>.prov` + `.toc` (committed, fsynced). Nothing is deleted."""
+    """Merge `journals` into `<first_id>.prov` + `.toc` (committed, fsynced), and the files
+    derived from it (after the log: the log's rename is the commit point, and a derived file
+    missing after a crash is rebuilt). Nothing is deleted."""
     names = [os.path.basename(p) for p in journals]
     try:
         writer = LogWriter(
@@ -127,6 +147,7 @@ def merge(
         ) from e
     result = MergeResult(None, journals)
     pending: dict[tuple[str, str, int], int] = {}
+    builders = _start_derived(derived, first_id)
     try:
         for path in journals:
             reader = JournalReader(path)
@@ -135,7 +156,9 @@ def merge(
                 if isinstance(p, EventsPayload):
                     writer.add_events(p)
                 elif registry.keep(p, pending):
+                    first = writer.next_id
                     writer.add_batch(p)
+                    builders = _feed_derived(builders, p, first)
                 else:
                     result.skipped_records += len(p)
             if reader.problems:
@@ -147,14 +170,61 @@ def merge(
             writer.discard()
     except OSError as e:
         writer.discard()
+        _discard_derived(builders)
         # Name the file: on a full disk the operator needs to know which one.
         where = layout.log_path(first_id) + (f" (at {e.filename})" if e.filename else "")
         raise RolloverError(f"rollover into {where} failed: {e.strerror or e}") from e
     except BaseException:
         writer.discard()
+        _discard_derived(builders)
         raise
+    if result.toc is None:
+        _discard_derived(builders)
+    else:
+        for b in builders:
+            try:
+                b.commit(result.toc)
+            except Exception as e:  # derived: rebuilt from the log when next needed
+                log.error("cannot write a file derived from log %d: %s", first_id, e)
+                b.discard()
     registry.commit(pending)
     return result
+
+
+def _start_derived(factories: Sequence[DerivedFactory], first_id: int) -> list[DerivedBuilder]:
+    builders = []
+    for make in factories:
+        try:
+            builders.append(make(first_id))
+        except Exception as e:
+            log.error("cannot start a file derived from log %d: %s", first_id, e)
+    return builders
+
+
+def _feed_derived(
+    builders: list[DerivedBuilder], batch: LineageBatch, first_event_id: int
+) -> list[DerivedBuilder]:
+    """Hand a merged batch to each builder; one that fails is dropped (its file is rebuilt
+    later), the rollover goes on."""
+    if not builders:
+        return builders
+    alive = []
+    for b in builders:
+        try:
+            b.add_batch(batch, first_event_id)
+            alive.append(b)
+        except Exception as e:
+            log.error("dropping a derived file of this rollover (rebuilt later): %s", e)
+            b.discard()
+    return alive
+
+
+def _discard_derived(builders: list[DerivedBuilder]) -> None:
+    for b in builders:
+        try:
+            b.discard()
+        except Exception:
+            log.exception("discarding a derived file failed")
 
 
 def retire_journals(layout: Layout, journals: list[str], damaged: list[str], sync: bool) -> None:
@@ -274,6 +344,7 @@ class Rollover:
         self._requested = 0
         self._served = 0
         self._listeners: list[RolloverListener] = []
+        self._derived: list[DerivedFactory] = []
         self._loop = BackgroundLoop(
             "provrepo-rollover",
             self._step,
@@ -292,6 +363,10 @@ class Rollover:
     def add_listener(self, callback: RolloverListener) -> None:
         self._listeners.append(callback)
 
+    def add_derived(self, factory: DerivedFactory) -> None:
+        """Build a derived file beside every log from now on (see `DerivedBuilder`)."""
+        self._derived.append(factory)
+
     def run(self) -> int:
         """Merge every sealed journal into a new event log now; returns the events merged."""
         with self._lock:
@@ -305,7 +380,14 @@ class Rollover:
             first_id = self._ids.next_id
             try:
                 with gc_paused():
-                    result = merge(self.layout, self.config, journals, first_id, self._registry)
+                    result = merge(
+                        self.layout,
+                        self.config,
+                        journals,
+                        first_id,
+                        self._registry,
+                        self._derived,
+                    )
             except RolloverError as e:
                 self.stats.last_error = str(e)
                 raise
