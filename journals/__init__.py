@@ -4,6 +4,7 @@ This package imports nothing else of provrepo, and nothing heavy: Spark Python w
 """
 
 from ._codec import EventsPayload, decode_event, decode_events
+from ._columns import IntColumn
 from ._files import TMP_SUFFIX, dir_bytes, file_bytes, fsync_dir, listdir, write_atomic
 from ._gc import gc_paused
 from ._ids import (
@@ -37,6 +38,7 @@ __all__ = [
     "BackgroundLoop",
     "EventType",
     "EventsPayload",
+    "IntColumn",
     "JournalError",
     "JournalProblem",
     "JournalReader",

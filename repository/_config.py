@@ -78,6 +78,8 @@ class RepositoryConfig:
     sync: "seal" (fsync when a journal is sealed), "batch" (fsync every append), "none" (tests).
     indexed_attributes: event attributes made searchable.
     index_shard_size: bytes after which a new index shard starts.
+    lineage_cache_size: bytes of decoded lineage (backward slices, forward index blocks) a
+        process keeps cached for traces; the bound holds whatever the repository's size.
     """
 
     # Not "journals": a directory of that name beside a script would shadow the package.
@@ -93,6 +95,7 @@ class RepositoryConfig:
     indexed_attributes: tuple[str, ...] = ()
     index_shard_size: int = 512 * 1024 * 1024
     compression_threads: int = 2
+    lineage_cache_size: int = 256 * 1024 * 1024
     extra: dict = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -141,6 +144,7 @@ class RepositoryConfig:
         if self.index_shard_size < 1024 * 1024:
             raise ConfigError("index_shard_size: must be at least 1MiB")
         self._int_range("compression_threads", 1, 64)
+        setf("lineage_cache_size", parse_size(self.lineage_cache_size, "lineage_cache_size"))
 
     def _int_range(self, name: str, lo: int, hi: int) -> None:
         v = getattr(self, name)

@@ -7,6 +7,7 @@ the index, age-off to `AgeOff`, lineage, culprits and mining to `repository.line
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -33,7 +34,15 @@ from ._store import LogStore
 from ._toc import Toc
 from ._verify import VerifyReport, verify
 from ._writers import WriterPool
-from .lineage import Culprit, LineageIndex, MineReport, find_culprits, mine
+from .lineage import (
+    Culprit,
+    ForwardIndex,
+    LineageIndex,
+    MineReport,
+    find_culprits,
+    mine,
+    verify_forward,
+)
 
 log = logging.getLogger("provrepo.repository")
 
@@ -70,6 +79,13 @@ class ProvenanceRepository:
             self.layout, config, self.containers, self._store, self._ids, self._pool
         )
         self._exporter = Exporter(self._store, lambda: self.max_event_id)
+        self._forward = ForwardIndex(
+            self._store,
+            self.layout,
+            writable=not read_only,
+            block_size=config.block_size,
+            level=config.zstd_level,
+        )
         self._lineage: LineageIndex | None = None
         self._index = RepositoryIndex(self.layout, config, self._store, read_only)
         self._ageoff = AgeOff(
@@ -141,8 +157,11 @@ class ProvenanceRepository:
         self.recovery = recover(self.layout, self.containers, self._store)
         self._ids.load(self._store.next_id)
         self._rollover.load(self._store.tocs())
+        self._rollover.add_derived(self._forward.builder)
         if sealed_journals(self.containers):
             self.rollover()  # redo an interrupted rollover before anyone reads
+        # Forward lineage indexes: rebuild what a crash or damage left missing or bad.
+        self._forward.check_all()
         # Index: recover (re-index past the checkpoint), then index each rollover's log.
         self._index.start(threaded=start_threads)
         self.add_rollover_listener(self._index.on_rollover)
@@ -286,7 +305,9 @@ class ProvenanceRepository:
     def lineage(self) -> LineageIndex:
         """Record-level lineage over the stored events (runs, hops, raw data)."""
         if self._lineage is None:
-            self._lineage = LineageIndex(self._store, self._catch_up)
+            self._lineage = LineageIndex(
+                self._store, self._catch_up, self._forward, self.config.lineage_cache_size
+            )
         return self._lineage
 
     def culprits(self, run: str | None = None, with_data: bool = False) -> list[Culprit]:
@@ -351,9 +372,12 @@ class ProvenanceRepository:
         return self._index.wait(timeout)
 
     def reindex(self, progress: bool = False) -> int:
-        """Rebuild every index from the event logs (owner only); returns the events indexed."""
+        """Rebuild every index from the event logs (owner only): the search index and the
+        forward lineage indexes; returns the events indexed."""
         self._check_writable()
-        return self._index.reindex(progress=progress)
+        n = self._index.reindex(progress=progress)
+        self._forward.rebuild_all()
+        return n
 
     def age_off(
         self, max_age: str | float | None = None, max_bytes: str | int | None = None
@@ -372,8 +396,11 @@ class ProvenanceRepository:
     # -- checking and stats ------------------------------------------------------------------
 
     def verify(self) -> VerifyReport:
-        """Check every frame, block and table of contents; report problems, change nothing."""
-        return verify(self.layout, self.containers)
+        """Check every frame, block and table of contents, and every forward lineage index;
+        report problems, change nothing."""
+        report = verify(self.layout, self.containers)
+        problems, files = verify_forward(self.layout)
+        return dataclasses.replace(report, problems=report.problems + problems, forward_files=files)
 
     def stats(self) -> RepositoryStats:
         """Counts and sizes: events, id range, files, bytes, journals pending, the index."""

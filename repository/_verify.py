@@ -24,6 +24,7 @@ class VerifyReport:
     events: int
     journals: int  # sealed journals not merged yet
     frames: int  # in those journals
+    forward_files: int = 0  # forward lineage indexes checked (repository.lineage)
 
     @property
     def ok(self) -> bool:

@@ -90,12 +90,34 @@ class _HalfFile:
         die()
 
 
+class _ForwardOs:
+    """`os` for repository.lineage._forward: dies instead of putting the forward index in
+    place, or puts a torn one (half its bytes) in place and dies."""
+
+    def __init__(self, torn: bool) -> None:
+        self._torn = torn
+
+    def __getattr__(self, name: str):
+        return getattr(os, name)
+
+    def replace(self, src: str, dst: str) -> None:
+        if src.endswith(".fwd.tmp"):
+            if self._torn:
+                os.truncate(src, os.path.getsize(src) // 2)
+                os.replace(src, dst)
+            die()
+        os.replace(src, dst)
+
+
 def install(point: str) -> None:
     import repository._eventlog as eventlog
     import repository._rollover as rollover
+    import repository.lineage._forward as forward
     from repository._rollover import retire_journals
 
-    if point in ("before-log-rename", "after-log-rename"):
+    if point in ("before-forward-rename", "forward-torn"):
+        forward.os = _ForwardOs(torn=point == "forward-torn")
+    elif point in ("before-log-rename", "after-log-rename"):
         eventlog.os = _KillingOs(after=point == "after-log-rename")
     elif point == "toc-half":
 

@@ -53,7 +53,9 @@ def test_by_time_deletes_logs_whose_newest_event_is_too_old(tmp_path):
         rep = repo.age_off(max_age="1h")
         assert rep.deleted_logs == [a, b]
         assert rep.events_deleted == (a[1] - a[0]) + (b[1] - b[0])
-        assert logs_on_disk(repo) == [f"{c[0]}.prov", f"{c[0]}.toc", f"{d[0]}.prov", f"{d[0]}.toc"]
+        assert logs_on_disk(repo) == [
+            f"{x}.{ext}" for x in (c[0], d[0]) for ext in ("fwd", "prov", "toc")
+        ]  # each log with its derived forward index
         assert sorted(rep.deleted_shards) == shards[:2]
         assert shards_on_disk(repo) == shards[2:]
         assert rep.bytes_after < rep.bytes_before and rep.unmet is None
@@ -95,6 +97,7 @@ def test_by_size_deletes_oldest_first_down_to_90_percent(tmp_path):
         per_log = [
             os.path.getsize(layout.log_path(f))
             + os.path.getsize(layout.toc_path(f))
+            + os.path.getsize(os.path.join(layout.logs, f"{f}.fwd"))  # derived, goes with it
             + size(os.path.join(layout.index, s))
             for (f, _), s in zip(ranges, shards, strict=True)
         ]
@@ -110,7 +113,7 @@ def test_by_size_deletes_oldest_first_down_to_90_percent(tmp_path):
         assert rep.deleted_logs == ranges[:k] and rep.unmet is None
         assert sorted(rep.deleted_shards) == shards[:k]
         assert logs_on_disk(repo) == sorted(
-            [f"{f}.{s}" for f, _ in ranges[k:] for s in ("prov", "toc")],
+            [f"{f}.{s}" for f, _ in ranges[k:] for s in ("fwd", "prov", "toc")],
             key=lambda n: (int(n.split(".")[0]), n),
         )
         assert shards_on_disk(repo) == shards[k:]

@@ -4,8 +4,10 @@ Record ids are (capture point, partition, position). Every lineage batch's toc r
 positions of which (run, capture point, partition) it holds and the event id of the first, so
 finding a record's event is a dictionary lookup and a bisect, never a scan. Backward hops read
 only the blocks holding the asked-for records (parents are stored with each record, CSR);
-forward hops read the child capture point's batches and match parent ids with numpy, pruned
-to the same partition when the run's descriptor says the dependency is narrow.
+forward hops binary-search each log's forward index (`_forward`) and decode only the blocks
+that hold the answer. Work is vectorized over whole groups of records (no per-record Python),
+levels are deduplicated with bitmaps (`_sets`), and decoded data is cached within a byte
+budget, so a trace reaching 10^7 records runs at numpy speed in bounded memory.
 """
 
 from __future__ import annotations
@@ -15,8 +17,7 @@ import os
 import pickle
 import threading
 from bisect import bisect_right
-from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,6 +25,7 @@ import numpy as np
 
 from journals import (
     MAX_PARTITION,
+    MAX_POSITION,
     Location,
     ProvenanceEvent,
     record_id_base,
@@ -35,7 +37,20 @@ from .._blocks import BatchSlice
 from .._errors import NotFound
 from .._store import LogStore
 from .._toc import BatchRef
+from ._cache import ByteLRU
+from ._forward import ForwardError
+from ._forward_store import ForwardIndex
 from ._raw import read_ranges
+from ._sets import (
+    EMPTY,
+    POSITION_BITS,
+    concat_sorted,
+    difference,
+    equal_runs,
+    gather_ranges,
+    sorted_unique,
+    unique_ids,
+)
 
 PARTITION_BITS = MAX_PARTITION.bit_length()
 
@@ -127,7 +142,13 @@ class LineageIndex:
     what was asked to be merged before the call, e.g. the journals of the action that just
     ended), then takes in the logs committed or aged off since the last call."""
 
-    def __init__(self, store: LogStore, catch_up: Callable[[], object] | None = None) -> None:
+    def __init__(
+        self,
+        store: LogStore,
+        catch_up: Callable[[], object] | None = None,
+        forward: ForwardIndex | None = None,
+        cache_bytes: int = _CACHE_BYTES,
+    ) -> None:
         self._store = store
         self._catch_up = catch_up
         self._lock = threading.RLock()
@@ -136,11 +157,21 @@ class LineageIndex:
         self._firsts: dict[tuple[str, int, int], list[int]] = {}
         self._run_ids: dict[str, list[int]] = {}  # run -> [first id, last id, records]
         self._descriptors: dict[str, tuple[int, int]] = {}  # run -> (version, event id)
-        self._cache: OrderedDict[tuple[int, int], list[_Slice]] = OrderedDict()
-        self._cache_bytes = 0
+        # One byte budget for decoded lineage: backward slices, whole batches (scans), and
+        # the forward index's blocks.
+        self._cache: ByteLRU[list[_Slice]] = ByteLRU(cache_bytes // 2)
+        self._whole: ByteLRU[tuple[np.ndarray, np.ndarray]] = ByteLRU(cache_bytes // 4)
+        if forward is None:
+            forward = ForwardIndex(store, store.layout, writable=False)
+        self._forward = forward
+        self._forward.cache.limit = cache_bytes - cache_bytes // 2 - cache_bytes // 4
         self._infos: dict[str, RunInfo] = {}
-        self._whole: OrderedDict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = OrderedDict()
-        self._whole_bytes = 0
+
+    @property
+    def caches(self) -> tuple[ByteLRU, ...]:
+        """The byte-bounded caches of decoded lineage (backward slices, whole batches,
+        forward blocks): their `nbytes` never pass their `limit`."""
+        return self._cache, self._whole, self._forward.cache
 
     # -- directory ---------------------------------------------------------------------------
 
@@ -160,9 +191,8 @@ class LineageIndex:
                 self._run_ids.clear()
                 self._descriptors.clear()
                 self._cache.clear()
-                self._cache_bytes = 0
                 self._whole.clear()
-                self._whole_bytes = 0
+                self._forward.forget(live)
             touched: set[tuple[str, int, int] | None] = set()
             for r in readers:
                 if r.first_id in self._seen:
@@ -295,14 +325,16 @@ class LineageIndex:
     def event_ids(self, run: str, record_ids: np.ndarray) -> np.ndarray:
         """Event id of each record (0 where the record is not stored)."""
         self.refresh()
-        out = np.zeros(len(record_ids), dtype=np.int64)
-        cps, parts, poss = unpack_record_ids(np.asarray(record_ids, dtype=np.int64))
-        with self._lock:
-            for k in range(len(out)):
-                loc = self._loc(run, int(cps[k]), int(parts[k]), int(poss[k]))
-                if loc is not None:
-                    out[k] = loc.first_event_id + int(poss[k]) - loc.pos_start
-        return out
+        ids = np.asarray(record_ids, dtype=np.int64)
+        if not len(ids):
+            return np.zeros(0, dtype=np.int64)
+        u = as_set(ids)
+        ev = np.zeros(len(u), dtype=np.int64)
+        for base, loc, positions in self._group(run, u):
+            ev[np.searchsorted(u, base + positions)] = (
+                loc.first_event_id + positions - loc.pos_start
+            )
+        return ev if u is ids else ev[np.searchsorted(u, ids)]
 
     def events(self, run: str, record_ids: np.ndarray) -> list[ProvenanceEvent | None]:
         return [self._store.get(int(e)) if e else None for e in self.event_ids(run, record_ids)]
@@ -368,97 +400,155 @@ class LineageIndex:
                 base = record_id_base(cp, part)
                 for loc in self._dirs[run][(cp, part)]:
                     chunks.append(base + loc.pos_start + np.arange(loc.count, dtype=np.int64))
-        return np.unique(np.concatenate(chunks)) if chunks else np.array([], dtype=np.int64)
+        return concat_sorted(chunks)
+
+    def count_records(self, run: str, cp: int) -> int:
+        """How many records are stored at a capture point (no arrays built)."""
+        self.refresh()
+        with self._lock:
+            d = self._dirs.get(run, {})
+            return sum(loc.count for (c, _p), locs in d.items() if c == cp for loc in locs)
 
     # -- hops --------------------------------------------------------------------------------
 
     def parents(self, run: str, record_ids: np.ndarray) -> np.ndarray:
-        """The distinct parent record ids of the given records (backward hop)."""
+        """The distinct parent record ids of the given records (backward hop), ascending."""
         self.refresh()
-        ids = np.unique(np.asarray(record_ids, dtype=np.int64))
+        ids = as_set(np.asarray(record_ids, dtype=np.int64))
         out = []
         for _, loc, positions in self._group(run, ids):
+            if not loc.associations:
+                continue  # a source's records: nothing to read
             evs = loc.first_event_id + positions - loc.pos_start
             for sl, local in self._slices_for(loc, evs):
-                if sl.parents is None:
-                    continue
-                lo, hi = sl.starts[local], sl.starts[local + 1]
-                out.append(_gather_ranges(sl.parents, lo, hi))
-        return np.unique(np.concatenate(out)) if out else np.array([], dtype=np.int64)
+                if sl.parents is not None:
+                    out.append(_rows(sl, local))
+        return unique_ids(out)
 
     def children(self, run: str, record_ids: np.ndarray, info: RunInfo | None = None) -> np.ndarray:
-        """The distinct records that have any of these records as a parent (forward hop)."""
+        """The distinct records that have any of these records as a parent (forward hop),
+        ascending. Reads, per log, only the forward index blocks that hold the answer."""
         self.refresh()
-        ids = np.unique(np.asarray(record_ids, dtype=np.int64))
+        ids = as_set(np.asarray(record_ids, dtype=np.int64))
         if not len(ids):
             return ids
         info = info or self.run_info(run)
-        cps, parts, _ = unpack_record_ids(ids)
         out = []
-        for cp in np.unique(cps).tolist():
-            mine = ids[cps == cp]
-            my_parts = set(parts[cps == cp].tolist())
-            for child in self._child_cps(info, cp):
-                c = info.capture_points.get(child)
-                narrow = c is not None and c.dependency == "narrow"
-                for part in self.partitions(run, child):
-                    if narrow and part not in my_parts:
-                        continue
-                    for loc in self._dirs[run][(child, part)]:
-                        out.append(self._children_in(run, child, part, loc, mine))
-        return np.unique(np.concatenate(out)) if out else np.array([], dtype=np.int64)
+        for cp, mine in _by_capture_point(ids):
+            parts = set(((mine >> POSITION_BITS) & MAX_PARTITION).tolist())
+            by_log: dict[int, dict[int, tuple[int, int, BatchLoc]]] = {}
+            with self._lock:
+                for child in self._child_cps(info, cp):
+                    c = info.capture_points.get(child)
+                    narrow = c is not None and c.dependency == "narrow"
+                    for part in self.partitions(run, child):
+                        if narrow and part not in parts:
+                            continue
+                        for loc in self._dirs[run][(child, part)]:
+                            if loc.associations:
+                                by_log.setdefault(loc.log_first, {})[loc.first_event_id] = (
+                                    child,
+                                    part,
+                                    loc,
+                                )
+            for log_first, allowed in by_log.items():
+                out.extend(self._children_from_log(run, log_first, allowed, mine))
+        return unique_ids(out)
+
+    def _children_from_log(
+        self,
+        run: str,
+        log_first: int,
+        allowed: dict[int, tuple[int, int, BatchLoc]],
+        parents: np.ndarray,
+    ) -> list[np.ndarray]:
+        """Children of `parents` among the `allowed` batches of one log: through its forward
+        index, or by scanning those batches when the index cannot be used."""
+        ff = self._forward.file(log_first)
+        for _attempt in range(2):
+            if ff is None:
+                break
+            try:
+                return [
+                    record_id_base(child, part) + loc.pos_start + idx
+                    for first, idx in ff.children(parents, set(allowed), self._forward.block)
+                    for child, part, loc in [allowed[first]]
+                ]
+            except ForwardError as e:  # damaged block: rebuilt (owner) or not used again
+                ff = self._forward.damaged(log_first, e)
+            except FileNotFoundError:
+                return []  # the log was aged off meanwhile
+        return [
+            self._children_in(run, child, part, loc, parents)
+            for child, part, loc in allowed.values()
+        ]
 
     def trace(
         self, run: str, record_ids: np.ndarray, forward: bool = False, depth: int | None = None
     ) -> tuple[np.ndarray, int]:
         """Records reached by hopping back (or forward) `depth` capture points, or all the way
         to the sources (final outputs) when depth is None. Records with nowhere further to go
-        stay in the result. Returns (record ids, hops taken)."""
+        stay in the result. Returns (record ids ascending, hops taken).
+
+        Only the frontier is held (levels stream: each replaces the last); capture points
+        that cannot lead anywhere (sources going back, final outputs going forward) are not
+        read at all."""
         hop = self.children if forward else self.parents
-        frontier = np.unique(np.asarray(record_ids, dtype=np.int64))
+        frontier = as_set(np.asarray(record_ids, dtype=np.int64))
+        info = self.run_info(run) if len(frontier) else None
         ends: list[np.ndarray] = []
         hops = 0
         while len(frontier) and (depth is None or hops < depth):
             nxt: list[np.ndarray] = []
             stuck: list[np.ndarray] = []
-            cps = unpack_record_ids(frontier)[0]
-            for cp in np.unique(cps).tolist():  # per capture point: some may end earlier
-                group = frontier[cps == cp]
-                moved = hop(run, group)
+            for cp, group in _by_capture_point(frontier):  # some may end earlier
+                moved = hop(run, group) if self._may_move(run, info, cp, forward) else EMPTY
                 (nxt if len(moved) else stuck).append(moved if len(moved) else group)
-            if not nxt:
-                ends.extend(stuck)
-                frontier = np.array([], dtype=np.int64)
-                break
             ends.extend(stuck)
-            frontier = np.unique(np.concatenate(nxt))
+            if not nxt:
+                frontier = EMPTY
+                break
+            frontier = nxt[0] if len(nxt) == 1 else unique_ids(nxt)  # hops return sets
+            del nxt
             hops += 1
             if hops > 100_000:  # lineage is a DAG: only a damaged repository could loop
                 raise RuntimeError("lineage trace does not terminate (cycle in stored lineage?)")
         ends.append(frontier)
-        out = np.unique(np.concatenate(ends)) if ends else frontier
-        return out, hops
+        return concat_sorted(ends), hops
+
+    def _may_move(self, run: str, info: RunInfo | None, cp: int, forward: bool) -> bool:
+        """False when records at `cp` have nowhere to go: no stored parents (backward), no
+        capture point fed by it (forward)."""
+        if forward:
+            return info is None or bool(self._child_cps(info, cp))
+        with self._lock:
+            return any(
+                loc.associations
+                for (c, _p), locs in self._dirs.get(run, {}).items()
+                if c == cp
+                for loc in locs
+            )
 
     def reachable(self, run: str, record_ids: np.ndarray, forward: bool = False) -> np.ndarray:
         """Every record one or more hops back (forward) from these, at every level."""
         hop = self.children if forward else self.parents
-        frontier = np.unique(np.asarray(record_ids, dtype=np.int64))
+        frontier = as_set(np.asarray(record_ids, dtype=np.int64))
         found: list[np.ndarray] = []
         seen = frontier
         while len(frontier):
-            nxt = np.setdiff1d(hop(run, frontier), seen, assume_unique=False)
+            nxt = difference(hop(run, frontier), seen)
             if not len(nxt):
                 break
             found.append(nxt)
-            seen = np.union1d(seen, nxt)
+            seen = unique_ids([seen, nxt])
             frontier = nxt
-        return np.unique(np.concatenate(found)) if found else np.array([], dtype=np.int64)
+        return concat_sorted(found)
 
     def parent_lists(self, run: str, record_ids: np.ndarray) -> dict[int, np.ndarray]:
         """Each stored record's parents, in stored order (e.g. a join's left, then right)."""
         self.refresh()
         out: dict[int, np.ndarray] = {}
-        for base, loc, positions in self._group(run, np.unique(np.asarray(record_ids))):
+        for base, loc, positions in self._group(run, as_set(np.asarray(record_ids, np.int64))):
             evs = loc.first_event_id + positions - loc.pos_start
             for sl, local in self._slices_for(loc, evs):
                 first = base + loc.pos_start + (sl.first_id - loc.first_event_id)
@@ -472,7 +562,7 @@ class LineageIndex:
     def first_children(self, run: str, parents: np.ndarray, cp: int) -> dict[int, int]:
         """For each parent, the first (lowest) record at `cp` made from it."""
         self.refresh()
-        parents = np.unique(np.asarray(parents, dtype=np.int64))
+        parents = unique_ids(np.asarray(parents, dtype=np.int64))
         out: dict[int, int] = {}
         for part in self.partitions(run, cp):
             base = record_id_base(cp, part)
@@ -496,9 +586,11 @@ class LineageIndex:
         return [c for c in info.capture_points if c != cp]
 
     def _children_in(self, run, cp, part, loc: BatchLoc, parents: np.ndarray) -> np.ndarray:
+        """Children of `parents` in one batch by scanning its parents (the forward index's
+        fallback when it cannot be used)."""
         starts, flat = self.batch_parents(loc)
         if not len(flat):
-            return np.array([], dtype=np.int64)
+            return EMPTY
         if len(parents) <= 8:  # a few ids: equality passes beat isin's sort
             mask = flat == parents[0]
             for p in parents[1:]:
@@ -507,18 +599,16 @@ class LineageIndex:
             mask = np.isin(flat, parents)
         hit = np.flatnonzero(mask)
         if not len(hit):
-            return np.array([], dtype=np.int64)
-        rec = np.unique(np.searchsorted(starts, hit, side="right") - 1)
+            return EMPTY
+        rec = sorted_unique(np.searchsorted(starts, hit, side="right") - 1)
         return record_id_base(cp, part) + loc.pos_start + rec
 
     def batch_parents(self, loc: BatchLoc) -> tuple[np.ndarray, np.ndarray]:
-        """A whole batch's CSR parents as two arrays (for forward scans), cached by bytes."""
+        """A whole batch's CSR parents as two arrays (for scans), cached within the budget."""
         key = (loc.log_first, loc.first_event_id)
-        with self._lock:
-            hit = self._whole.get(key)
-            if hit is not None:
-                self._whole.move_to_end(key)
-                return hit
+        hit = self._whole.get(key)
+        if hit is not None:
+            return hit
         evs = loc.first_event_id + np.arange(loc.count, dtype=np.int64)
         starts, flats, base = [np.zeros(1, dtype=np.int64)], [], 0
         for sl, local in self._slices_for(loc, evs):
@@ -532,68 +622,74 @@ class LineageIndex:
             np.concatenate(starts),
             np.concatenate(flats) if flats else np.array([], dtype=np.int64),
         )
-        with self._lock:
-            self._whole[key] = out
-            self._whole_bytes += out[0].nbytes + out[1].nbytes
-            while self._whole_bytes > _CACHE_BYTES and len(self._whole) > 1:
-                _, old = self._whole.popitem(last=False)
-                self._whole_bytes -= old[0].nbytes + old[1].nbytes
-        return out
+        return self._whole.put(key, out, out[0].nbytes + out[1].nbytes)
 
-    def _group(self, run: str, ids: np.ndarray):
-        """(record id of position 0, BatchLoc, positions) for the records that are stored."""
-        cps, parts, poss = unpack_record_ids(ids)
-        key = (cps << PARTITION_BITS) | parts
+    def _group(self, run: str, ids: np.ndarray) -> Iterator[tuple[int, BatchLoc, np.ndarray]]:
+        """(record id of position 0, BatchLoc, positions ascending) for the records that are
+        stored, of `ids` (ascending, distinct). Linear: groups are found by binary search."""
+        if not len(ids):
+            return
+        keys = ids >> POSITION_BITS
         with self._lock:
-            for k in np.unique(key).tolist():
-                sel = key == k
+            d = self._dirs.get(run, {})
+            for a, b in equal_runs(keys):
+                k = int(keys[a])
                 cp, part = k >> PARTITION_BITS, k & MAX_PARTITION
-                pos = poss[sel]
-                locs = self._dirs.get(run, {}).get((cp, part), [])
+                locs = d.get((cp, part))
+                if not locs:
+                    continue
+                pos = ids[a:b] & MAX_POSITION
                 base = record_id_base(cp, part)
                 for loc in locs:
-                    m = (pos >= loc.pos_start) & (pos < loc.pos_start + loc.count)
-                    if m.any():
-                        yield base, loc, pos[m]
+                    i = int(np.searchsorted(pos, loc.pos_start))
+                    j = int(np.searchsorted(pos, loc.pos_start + loc.count))
+                    if j > i:
+                        yield base, loc, pos[i:j]
 
-    def _slices_for(self, loc: BatchLoc, event_ids: np.ndarray):
+    def _slices_for(
+        self, loc: BatchLoc, event_ids: np.ndarray
+    ) -> Iterator[tuple[_Slice, np.ndarray]]:
         """(decoded slice, local record indexes) covering the given event ids of one batch."""
         reader = self._store.reader_for(int(event_ids[0])) if len(event_ids) else None
         if reader is None:
             return
-        event_ids = np.sort(event_ids)
+        if len(event_ids) > 1 and not bool((event_ids[1:] >= event_ids[:-1]).all()):
+            event_ids = np.sort(event_ids)
         blocks = reader.block_indexes(event_ids)
-        for bi in np.unique(blocks).tolist():
-            in_block = event_ids[blocks == bi]
-            for sl in self._block_slices(reader, bi):
+        for a, b in equal_runs(blocks):
+            in_block = event_ids[a:b]
+            for sl in self._block_slices(reader, int(blocks[a])):
                 if sl.first_id + sl.count <= in_block[0] or sl.first_id > in_block[-1]:
                     continue
-                m = (in_block >= sl.first_id) & (in_block < sl.first_id + sl.count)
-                if m.any():
-                    yield sl, in_block[m] - sl.first_id
+                i = int(np.searchsorted(in_block, sl.first_id))
+                j = int(np.searchsorted(in_block, sl.first_id + sl.count))
+                if j > i:
+                    yield sl, in_block[i:j] - sl.first_id
 
     def _block_slices(self, reader, bi: int) -> list[_Slice]:
-        """Decoded lineage slices of one block, through an LRU cache bounded in bytes."""
+        """Decoded lineage slices of one block, through the byte-bounded cache."""
         key = (reader.first_id, bi)
-        with self._lock:
-            cached = self._cache.get(key)
-            if cached is not None:
-                self._cache.move_to_end(key)
-                return cached
+        cached = self._cache.get(key)
+        if cached is not None:
+            return cached
         try:
             entries = self._store.block(reader, bi)
         except FileNotFoundError:
             return []
         out = [_Slice(e) for e in entries if isinstance(e, BatchSlice)]
-        with self._lock:
-            self._cache[key] = out
-            self._cache_bytes += sum(sl.nbytes for sl in out)
-            while self._cache_bytes > _CACHE_BYTES and len(self._cache) > 1:
-                _, old = self._cache.popitem(last=False)
-                self._cache_bytes -= sum(sl.nbytes for sl in old)
-        return out
+        return self._cache.put(key, out, sum(sl.nbytes for sl in out) + 64)
 
     # -- data --------------------------------------------------------------------------------
+
+    def iter_data(
+        self, run: str, record_ids: np.ndarray, page: int = 10_000
+    ) -> Iterator[tuple[np.ndarray, list]]:
+        """(ids, raw data) a page at a time, in the order of `record_ids`: what a large
+        traced set is read through, so only one page of Python objects lives at once."""
+        ids = np.asarray(record_ids, dtype=np.int64)
+        for a in range(0, len(ids), page):
+            chunk = ids[a : a + page]
+            yield chunk, self.record_data(run, chunk)
 
     def record_data(self, run: str, record_ids: np.ndarray) -> list:
         """Raw data of each record: source bytes re-read by offset, or the captured value;
@@ -602,7 +698,7 @@ class LineageIndex:
         ids = np.asarray(record_ids, dtype=np.int64)
         out: dict[int, object] = {}
         reads: dict[str, list[tuple[int, int, int]]] = {}  # uri -> (offset, length, record)
-        for base, loc, positions in self._group(run, np.unique(ids)):
+        for base, loc, positions in self._group(run, unique_ids(ids)):
             evs = loc.first_event_id + positions - loc.pos_start
             for sl, local in self._slices_for(loc, evs):
                 first = base + loc.pos_start + (sl.first_id - loc.first_event_id)
@@ -628,11 +724,28 @@ def _value(values: bytes, voffs: np.ndarray, li: int) -> Any:
         return raw
 
 
-def _gather_ranges(values: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
-    """Concatenation of values[lo[k]:hi[k]] for all k, vectorized."""
-    lens = hi - lo
-    total = int(lens.sum())
-    if total == 0:
-        return np.array([], dtype=values.dtype)
-    starts = np.repeat(lo - np.concatenate(([0], np.cumsum(lens)[:-1])), lens)
-    return values[starts + np.arange(total)]
+def as_set(ids: np.ndarray) -> np.ndarray:
+    """`ids` if already ascending and distinct (a trace's levels are), else their set."""
+    if len(ids) < 2 or bool((ids[1:] > ids[:-1]).all()):
+        return ids
+    return unique_ids(ids)
+
+
+def _by_capture_point(ids: np.ndarray) -> Iterator[tuple[int, np.ndarray]]:
+    """(capture point, its ids) of ascending ids: contiguous runs, the capture point being
+    the ids' top bits."""
+    cps = unpack_record_ids(ids)[0]
+    for a, b in equal_runs(cps):
+        yield int(cps[a]), ids[a:b]
+
+
+def _rows(sl: _Slice, local: np.ndarray) -> np.ndarray:
+    """The parents of records `local` (ascending) of a slice, concatenated (views when the
+    records are contiguous: a hot key's rows are not copied)."""
+    assert sl.parents is not None
+    if len(local) == sl.count:
+        return sl.parents
+    first, last = int(local[0]), int(local[-1])
+    if last - first + 1 == len(local):
+        return sl.parents[int(sl.starts[first]) : int(sl.starts[last + 1])]
+    return gather_ranges(sl.parents, sl.starts[local], sl.starts[local + 1])

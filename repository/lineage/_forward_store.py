@@ -1,0 +1,296 @@
+"""The forward index files of a repository: opened per log, checked, rebuilt, verified.
+
+A forward file is used only once it opens cleanly and names its very log (see `_forward`).
+Otherwise the owner rebuilds it from the log (at open, on `reindex`, or when a read finds a
+damaged block) and a read-only process falls back to scanning the log's batches for that hop,
+so a bad forward file costs time, never a wrong answer.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import threading
+from collections.abc import Callable, Iterator
+
+import numpy as np
+
+from journals import listdir
+
+from .._blocks import BatchSlice, BlockError
+from .._eventlog import LogReader
+from .._layout import LOG_SUFFIX, TOC_SUFFIX, Layout
+from .._store import LogStore
+from .._toc import BatchRef, TocError, read_toc
+from ._cache import ByteLRU
+from ._forward import (
+    FWD_SUFFIX,
+    ForwardBuilder,
+    ForwardError,
+    ForwardFile,
+    forward_path,
+)
+
+log = logging.getLogger("provrepo.repository")
+
+
+def positional(ref: BatchRef) -> bool:
+    """Whether a toc batch has a forward section (positional ids and some parents)."""
+    return ref.record_step == 1 and ref.associations > 0
+
+
+class ForwardIndex:
+    """Forward files of the logs in `store`; `writable` (the owner) rebuilds bad ones."""
+
+    def __init__(
+        self,
+        store: LogStore,
+        layout: Layout,
+        *,
+        writable: bool,
+        block_size: int = 64 * 1024,
+        level: int = 3,
+        cache: ByteLRU | None = None,
+    ) -> None:
+        self.store = store
+        self.layout = layout
+        self.writable = writable
+        self.block_size = block_size
+        self.level = level
+        self.cache: ByteLRU = cache if cache is not None else ByteLRU(64 * 1024 * 1024)
+        self._files: dict[int, ForwardFile | None] = {}
+        self._lock = threading.RLock()
+        self.rebuilt: list[int] = []  # logs whose forward file this process rebuilt
+
+    def builder(self, first_id: int) -> ForwardBuilder:
+        """A rollover `DerivedFactory`: the forward index of the log being merged."""
+        # zstd level 1: the children are Rice-coded already; only the small columns shrink.
+        return ForwardBuilder(self.layout.logs, first_id, self.block_size, 1)
+
+    # -- files -----------------------------------------------------------------------------------
+
+    def file(self, log_first: int) -> ForwardFile | None:
+        """The usable forward file of a log (rebuilt first if needed and allowed); None when
+        it cannot be used (the caller scans the log's batches instead)."""
+        with self._lock:
+            if log_first in self._files:
+                return self._files[log_first]
+            reader = self._reader(log_first)
+            if reader is None:
+                return None
+            ff = self._open(reader)
+            self._files[log_first] = ff
+            return ff
+
+    def _reader(self, log_first: int) -> LogReader | None:
+        for r in self.store.readers():
+            if r.first_id == log_first:
+                return r
+        return None
+
+    def _open(self, reader: LogReader) -> ForwardFile | None:
+        path = forward_path(self.layout.logs, reader.first_id)
+        try:
+            return ForwardFile(path, reader.toc)
+        except FileNotFoundError:
+            problem = f"{path}: missing"
+        except (ForwardError, OSError) as e:
+            problem = str(e)
+        if not self.writable:
+            log.warning("%s; forward hops scan that log instead (`provrepo reindex`)", problem)
+            return None
+        log.warning("%s; rebuilding it from the log", problem)
+        try:
+            return self.rebuild(reader)
+        except (OSError, BlockError, RuntimeError) as e:
+            log.error("cannot rebuild the forward index of %s: %s", reader.path, e)
+            return None
+
+    def damaged(self, log_first: int, error: Exception) -> ForwardFile | None:
+        """A read found a damaged block: never trust that file again (rebuild if allowed)."""
+        with self._lock:
+            old = self._files.pop(log_first, None)
+            if old is not None:
+                old.close()
+            self.cache.drop(lambda k: k[0] == log_first)
+            log.warning("forward index of log %d: %s", log_first, error)
+            reader = self._reader(log_first)
+            if reader is None or not self.writable:
+                self._files[log_first] = None
+                return None
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(forward_path(self.layout.logs, log_first))
+            ff = self._open(reader)
+            self._files[log_first] = ff
+            return ff
+
+    def forget(self, live: set[int]) -> None:
+        """Drop what is held for logs no longer in the store (aged off)."""
+        with self._lock:
+            for first in [f for f in self._files if f not in live]:
+                ff = self._files.pop(first)
+                if ff is not None:
+                    ff.close()
+            self.cache.drop(lambda k: k[0] not in live)
+
+    def block(self, ff: ForwardFile, b: int) -> list:
+        """Decoded slices of block b of `ff`, through the byte-bounded cache."""
+        key = (ff.first_id, b)
+        hit = self.cache.get(key)
+        if hit is not None:
+            return hit
+        slices = ff.read_block(b)
+        return self.cache.put(key, slices, sum(s.nbytes for s in slices) + 64)
+
+    # -- building --------------------------------------------------------------------------------
+
+    def rebuild(self, reader: LogReader) -> ForwardFile:
+        """Write a log's forward file from its batches (as rollover would have) and open it."""
+        with self._lock:
+            b = self.builder(reader.first_id)
+            try:
+                for ref, counts, parents in batch_parents(reader):
+                    b.add_pairs(ref.first_event_id, counts, parents)
+                b.commit(reader.toc)
+            except BaseException:
+                b.discard()
+                raise
+            self.rebuilt.append(reader.first_id)
+            self._files.pop(reader.first_id, None)
+            self.cache.drop(lambda k: k[0] == reader.first_id)
+            return ForwardFile(forward_path(self.layout.logs, reader.first_id), reader.toc)
+
+    def check_all(self) -> list[int]:
+        """Owner, at open: open every log's forward file, rebuilding what is missing or bad;
+        delete forward files whose log is gone. Returns the logs rebuilt."""
+        before = len(self.rebuilt)
+        live = {r.first_id for r in self.store.readers()}
+        for name in listdir(self.layout.logs):
+            stem = name[: -len(FWD_SUFFIX)]
+            if name.endswith(FWD_SUFFIX) and stem.isdigit() and int(stem) not in live:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(os.path.join(self.layout.logs, name))
+        for first in sorted(live):
+            self.file(first)
+        return self.rebuilt[before:]
+
+    def rebuild_all(self, progress: Callable[[int], object] | None = None) -> int:
+        """Rebuild every log's forward file (`reindex`); returns the files written."""
+        n = 0
+        for reader in self.store.readers():
+            try:
+                ff = self.rebuild(reader)
+            except FileNotFoundError:
+                continue  # aged off meanwhile
+            with self._lock:
+                old = self._files.pop(reader.first_id, None)
+                if old is not None:
+                    old.close()
+                self._files[reader.first_id] = ff
+            n += 1
+            if progress is not None:
+                progress(reader.next_id - reader.first_id)
+        return n
+
+
+def batch_parents(reader: LogReader) -> Iterator[tuple[BatchRef, np.ndarray, np.ndarray]]:
+    """(toc batch, CSR parent counts, parents) of every positional batch of a log, read from
+    its blocks in order (each block decoded once)."""
+    refs = sorted((b for b in reader.toc.batches if positional(b)), key=lambda b: b.first_event_id)
+    if not refs:
+        return
+    counts: list[np.ndarray] = []
+    parents: list[np.ndarray] = []
+    k, got = 0, 0
+    start = reader.block_index(refs[0].first_event_id)
+    for bi in range(start, len(reader.toc.block_offsets)):
+        for e in reader.read_block(bi):
+            while k < len(refs) and e.first_id >= refs[k].first_event_id + refs[k].count:
+                k += 1
+            if k == len(refs):
+                return
+            ref = refs[k]
+            if not isinstance(e, BatchSlice) or e.first_id < ref.first_event_id:
+                continue
+            c = e.batch.parent_counts
+            p = e.batch.parent_array()
+            counts.append(c.to_array() if c is not None else np.zeros(e.count, np.int64))
+            parents.append(p if p is not None else np.zeros(0, np.int64))
+            got += e.count
+            if got == ref.count:
+                yield ref, np.concatenate(counts), np.concatenate(parents)
+                counts, parents, got = [], [], 0
+                k += 1
+    if k < len(refs):
+        raise RuntimeError(f"{reader.path}: batch at event {refs[k].first_event_id} is incomplete")
+
+
+def verify_forward(layout: Layout) -> tuple[list[str], int]:
+    """Check every log's forward file: present, names its log, every block intact, one section
+    per positional batch holding all its pairs. Returns (problems, files checked)."""
+    problems: list[str] = []
+    checked = 0
+    names = set(listdir(layout.logs))
+    for name in sorted(names):
+        if not name.endswith(FWD_SUFFIX):
+            continue
+        stem = name[: -len(FWD_SUFFIX)]
+        if f"{stem}{LOG_SUFFIX}" not in names:
+            problems.append(f"{os.path.join(layout.logs, name)}: forward index without its log")
+    for name in sorted(names):
+        if not name.endswith(TOC_SUFFIX) or f"{name[: -len(TOC_SUFFIX)]}{LOG_SUFFIX}" not in names:
+            continue
+        stem = name[: -len(TOC_SUFFIX)]
+        if not stem.isdigit():
+            continue
+        try:
+            toc = read_toc(os.path.join(layout.logs, name))
+        except (TocError, OSError):
+            continue  # the log's own check reports it
+        path = forward_path(layout.logs, int(stem))
+        if f"{stem}{FWD_SUFFIX}" not in names:
+            problems.append(f"{path}: missing (the owner rebuilds it at open; or provrepo reindex)")
+            continue
+        checked += 1
+        problems.extend(_verify_file(path, toc))
+    return problems, checked
+
+
+def _verify_file(path: str, toc) -> list[str]:
+    try:
+        ff = ForwardFile(path, toc)
+    except (ForwardError, OSError) as e:
+        return [str(e)]
+    problems: list[str] = []
+    try:
+        pairs: dict[int, int] = {}
+        for b in range(len(ff.directory.block_offsets)):
+            try:
+                slices = ff.read_block(b)
+            except ForwardError as e:
+                problems.append(str(e))
+                continue
+            for s in slices:
+                sec = getattr(s, "section", None)
+                if sec is not None:
+                    pairs[sec] = pairs.get(sec, 0) + len(s.children)
+        want = {b.first_event_id: b.associations for b in toc.batches if positional(b)}
+        have = {s.first_event_id: s.pairs for s in ff.directory.sections}
+        for first, n in want.items():
+            if have.get(first) != n:
+                problems.append(
+                    f"{path}: batch at event {first} has {n} associations, "
+                    f"its forward section {have.get(first, 'none')}"
+                )
+        for k, s in enumerate(ff.directory.sections):
+            if s.first_event_id not in want:
+                problems.append(f"{path}: section for event {s.first_event_id}, no such batch")
+            elif pairs.get(k, 0) != s.pairs:
+                problems.append(
+                    f"{path}: section for event {s.first_event_id} holds {pairs.get(k, 0)} "
+                    f"pairs in its blocks, its directory says {s.pairs}"
+                )
+    finally:
+        ff.close()
+    return problems

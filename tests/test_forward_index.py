@@ -1,0 +1,293 @@
+"""The forward lineage index (`<log>.fwd`) is exact and never trusted when it is not intact.
+
+Forward hops and traces are compared with brute force over the same synthetic graph: right
+after rollover, over several logs, after age-off, after a crash mid-rollover, and with the
+forward file missing, torn, damaged or belonging to another log (the owner rebuilds it; a
+read-only process scans instead; `verify` reports it). The caches of decoded lineage honour
+their byte limits."""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+import signal
+
+import numpy as np
+import pytest
+from _faults import child
+from _lineage_graphs import JOIN, OUTPUT, RUN, SOURCE, Graph
+
+from journals import unpack_record_id
+from repository import ProvenanceRepository, RepositoryConfig
+from repository.cli import main as cli
+from repository.lineage import ByteLRU, _forward
+
+CONFIG = RepositoryConfig(sync="none", rollover_interval=3600, block_size="4KiB")
+
+
+@pytest.fixture(autouse=True)
+def small_slices(monkeypatch):
+    # Small slices so long rows (hot keys) span several slices and blocks.
+    monkeypatch.setattr(_forward, "SLICE_PAIRS", 16)
+
+
+def store(root, graph: Graph, logs: int = 1, split: bool = True, config=CONFIG) -> None:
+    """Write the graph's batches, spread over `logs` rollovers."""
+    batches = graph.batches(split=split)
+    with ProvenanceRepository.open(root, config, start_threads=False) as repo:
+        for k in range(logs):
+            for b in batches[k::logs]:
+                repo.register_events(b)
+            repo.rollover()
+
+
+def check_exact(repo, graph: Graph, alive: set[int] | None = None, samples: int = 40) -> None:
+    """Every record's children, random sets' children, and forward traces, as brute force."""
+    ix = repo.lineage
+    ids = graph.all_ids() if alive is None else sorted(alive)
+    for rid in ids:
+        got = set(ix.children(RUN, np.array([rid])).tolist())
+        assert got == graph.children_of([rid], alive), f"children of {unpack_record_id(rid)}"
+    rng = np.random.default_rng(5)
+    for _ in range(samples):
+        pick = rng.choice(ids, int(rng.integers(2, 40)), replace=False)
+        got = set(ix.children(RUN, pick).tolist())
+        assert got == graph.children_of(pick.tolist(), alive)
+    for rid in rng.choice(ids, samples, replace=False).tolist():
+        got = set(ix.trace(RUN, np.array([rid]), forward=True)[0].tolist())
+        assert got == graph.forward_trace(rid, alive), f"forward trace of {unpack_record_id(rid)}"
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_forward_hops_are_exact(tmp_path, seed):
+    graph = Graph(seed, hot=2)
+    root = tmp_path / "repo"
+    store(root, graph, logs=2)
+    names = sorted(os.listdir(root / "logs"))
+    assert len([n for n in names if n.endswith(".fwd")]) == 2  # one beside each log
+    with ProvenanceRepository.open(root, read_only=True) as repo:
+        check_exact(repo, graph)
+        assert repo.verify().ok
+
+
+def test_forward_hop_reads_only_the_blocks_of_its_answer(tmp_path, monkeypatch):
+    graph = Graph(4, parts=6, lines=3000)
+    root = tmp_path / "repo"
+    store(root, graph, split=False)
+    with ProvenanceRepository.open(root, read_only=True) as repo:
+        ix = repo.lineage
+        fwd = repo._forward
+        reads: list[int] = []
+        real = _forward.ForwardFile.read_block
+        monkeypatch.setattr(
+            _forward.ForwardFile, "read_block", lambda ff, b: reads.append(b) or real(ff, b)
+        )
+        line = graph.records[(SOURCE, 2)][7]
+        ix.children(RUN, np.array([line]))
+        total = sum(len(ff.directory.block_offsets) for ff in fwd._files.values() if ff)
+        assert 0 < len(reads) <= 4 and total > 20, (reads, total)  # combiner + join slices
+
+
+def test_forward_index_after_age_off(tmp_path):
+    graph = Graph(6)
+    root = tmp_path / "repo"
+    batches = graph.batches(split=True)
+    old = [b for b in batches if b.component_id.startswith("reduceByKey#1.combine")][:2]
+    with ProvenanceRepository.open(root, CONFIG, start_threads=False) as repo:
+        for b in old:  # an old log: two combiner batches, event time 1970
+            repo.register_events(_with_time(b, 1_000))
+        repo.rollover()
+        for b in batches:
+            if b not in old:
+                repo.register_events(_with_time(b, None))
+        repo.rollover()
+        first_log = repo.logs()[0].first_id
+        rep = repo.age_off(max_age="1d")
+        assert rep.deleted_logs and rep.deleted_logs[0][0] == first_log
+        assert not os.path.exists(root / "logs" / f"{first_log}.fwd")
+        gone = {int(r) for b in old for r in range(b.record_ids.base, b.record_ids.base + len(b))}
+        alive = set(graph.all_ids()) - gone
+        check_exact(repo, graph, alive)
+        assert repo.verify().ok
+
+
+def _with_time(batch, t):
+    import time
+
+    import msgspec
+
+    return msgspec.structs.replace(batch, event_time_ns=time.time_ns() if t is None else t)
+
+
+def test_missing_or_torn_forward_file_is_rebuilt_by_the_owner(tmp_path):
+    graph = Graph(7, hot=1)
+    root = tmp_path / "repo"
+    store(root, graph, logs=3)
+    fwds = sorted(n for n in os.listdir(root / "logs") if n.endswith(".fwd"))
+    os.unlink(root / "logs" / fwds[0])  # missing
+    with open(root / "logs" / fwds[1], "r+b") as f:  # torn: the footer gone
+        f.truncate(os.path.getsize(root / "logs" / fwds[1]) - 7)
+    rep = ProvenanceRepository.open(root, read_only=True).verify()
+    assert any("missing" in p for p in rep.problems) and any("torn" in p for p in rep.problems)
+    assert cli(["verify", str(root)]) == 1
+    with ProvenanceRepository.open(root, CONFIG, start_threads=False) as repo:
+        assert sorted(repo._forward.rebuilt) == sorted(int(n[:-4]) for n in fwds[:2])
+        check_exact(repo, graph)
+    assert cli(["verify", str(root)]) == 0
+
+
+def _damage_a_block(path) -> None:
+    with open(path, "r+b") as f:
+        data = bytearray(f.read())
+        data[40] ^= 0xFF  # inside the first block's compressed bytes (after 8 + 8 header)
+        f.seek(0)
+        f.write(data)
+
+
+def test_damaged_forward_block_is_never_trusted(tmp_path):
+    graph = Graph(8, hot=2)
+    root = tmp_path / "repo"
+    store(root, graph)
+    (fwd,) = [n for n in os.listdir(root / "logs") if n.endswith(".fwd")]
+    _damage_a_block(root / "logs" / fwd)
+    before = (root / "logs" / fwd).read_bytes()
+    with ProvenanceRepository.open(root, read_only=True) as repo:
+        assert any("crc32" in p for p in repo.verify().problems)
+        check_exact(repo, graph)  # scans the log's batches instead
+    assert (root / "logs" / fwd).read_bytes() == before  # a reader changes nothing
+    with ProvenanceRepository.open(root, CONFIG, start_threads=False) as repo:
+        check_exact(repo, graph)  # the owner hits the damage and rebuilds the file
+        assert repo._forward.rebuilt == [int(fwd[:-4])]
+        assert repo.verify().ok
+
+
+def test_forward_file_of_another_log_is_not_used(tmp_path):
+    graph = Graph(9)
+    root = tmp_path / "repo"
+    store(root, graph, logs=2)
+    a, b = sorted(n for n in os.listdir(root / "logs") if n.endswith(".fwd"))
+    shutil.copy(root / "logs" / a, root / "logs" / b)
+    with ProvenanceRepository.open(root, read_only=True) as repo:
+        assert any("not the one of this event log" in p for p in repo.verify().problems)
+        check_exact(repo, graph, samples=10)
+
+
+def test_reindex_rebuilds_forward_files(tmp_path):
+    graph = Graph(10)
+    root = tmp_path / "repo"
+    store(root, graph, logs=2)
+    for n in os.listdir(root / "logs"):
+        if n.endswith(".fwd"):
+            os.unlink(root / "logs" / n)
+    assert cli(["reindex", str(root), "--quiet"]) == 0
+    assert len([n for n in os.listdir(root / "logs") if n.endswith(".fwd")]) == 2
+    assert cli(["verify", str(root)]) == 0
+
+
+@pytest.mark.parametrize("point", ["before-forward-rename", "forward-torn"])
+def test_crash_while_writing_the_forward_index(tmp_path, point):
+    """The log is committed, its forward file not (or torn): the next owner rebuilds it."""
+    graph = Graph(11, hot=1)
+    root = tmp_path / "repo"
+    with ProvenanceRepository.open(root, CONFIG, start_threads=False) as repo:
+        spec = repo.writer_spec()
+    from journals import JournalWriter
+
+    with JournalWriter.open(spec, tag="pending") as w:
+        for b in graph.batches(split=True):
+            w.append(b)
+    proc = child("_crash_child.py", "rollover", str(root), point)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == -signal.SIGKILL, f"child did not die at {point}: {out} {err}"
+    logs = os.listdir(root / "logs")
+    assert any(n.endswith(".prov") for n in logs)  # the log was committed
+    assert any(n.endswith(".fwd") for n in logs) == (point == "forward-torn")
+    with ProvenanceRepository.open(root, CONFIG, start_threads=False) as repo:
+        assert len(repo._forward.rebuilt) == 1
+        assert not any(n.endswith(".tmp") for n in os.listdir(root / "logs"))
+        check_exact(repo, graph)
+    assert cli(["verify", str(root)]) == 0
+
+
+# -- bounded memory ------------------------------------------------------------------------
+
+
+def test_byte_lru_holds_its_limit():
+    cache: ByteLRU[int] = ByteLRU(1000)
+    for i in range(500):
+        assert cache.put(i, i, 1 + i % 200) == i
+        assert cache.nbytes <= 1000
+    assert cache.get(499) == 499 and cache.get(0) is None  # least recently used went first
+    cache.put("huge", -1, 251)  # more than a quarter of the budget: returned, not kept
+    assert cache.get("huge") is None
+    cache.get(498)
+    for i in range(500, 510):
+        cache.put(i, i, 90)
+    assert cache.get(498) == 498  # used recently: kept over older entries
+
+
+def test_trace_caches_honour_their_byte_limits(tmp_path, monkeypatch):
+    graph = Graph(12, parts=4, lines=300, hot=3)
+    root = tmp_path / "repo"
+    store(root, graph, logs=2)
+    limit = 24 * 1024
+    seen: list[tuple[int, int]] = []
+    real_put = ByteLRU.put
+
+    def put(self, key, value, nbytes):
+        out = real_put(self, key, value, nbytes)
+        seen.append((self.nbytes, self.limit))
+        return out
+
+    monkeypatch.setattr(ByteLRU, "put", put)
+    config = RepositoryConfig(sync="none", rollover_interval=3600, lineage_cache_size=limit)
+    with ProvenanceRepository.open(root, config, start_threads=False) as repo:
+        check_exact(repo, graph, samples=20)
+        ix = repo.lineage
+        outs = [r for (cp, _), recs in graph.records.items() if cp in (OUTPUT, JOIN) for r in recs]
+        back = ix.trace(RUN, np.array(outs))[0]
+        assert len(back)
+        assert sum(c.limit for c in ix.caches) <= limit
+    assert seen and all(n <= lim for n, lim in seen)
+    assert max(n for n, _ in seen) > 0  # the caches were used
+
+
+class _FullFile:
+    """A file whose writes fail with ENOSPC after `room` bytes."""
+
+    def __init__(self, path, room: int) -> None:
+        self._f = open(path, "wb")  # noqa: SIM115 - closed by the builder
+        self._room = room
+
+    def write(self, data: bytes) -> int:
+        if len(data) > self._room:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        self._room -= len(data)
+        return self._f.write(data)
+
+    def __getattr__(self, name):
+        return getattr(self._f, name)
+
+
+@pytest.mark.parametrize("room", [None, 0, 300])
+def test_full_disk_for_the_forward_index_never_fails_a_rollover(tmp_path, monkeypatch, room):
+    graph = Graph(13, hot=1)
+    root = tmp_path / "repo"
+
+    def full_open(path, mode="r", *args, **kw):
+        if str(path).endswith(".fwd.tmp"):
+            if room is None:
+                raise OSError(errno.ENOSPC, "No space left on device", str(path))
+            return _FullFile(path, room)
+        return open(path, mode, *args, **kw)
+
+    with monkeypatch.context() as m:
+        m.setattr(_forward, "open", full_open, raising=False)
+        store(root, graph)  # the log is committed; its forward index could not be written
+        assert not [n for n in os.listdir(root / "logs") if ".fwd" in n]
+        with ProvenanceRepository.open(root, read_only=True) as repo:
+            check_exact(repo, graph, samples=10)  # hops scan the log instead
+    with ProvenanceRepository.open(root, CONFIG, start_threads=False) as repo:
+        assert len(repo._forward.rebuilt) == 1  # space is back: the owner rebuilds it
+        check_exact(repo, graph, samples=10)
