@@ -60,3 +60,29 @@ def page_views(path: str, users_path: str, size_mb: float) -> None:
                 f.write("".join(block))
                 block = []
         f.write("".join(block))
+
+
+def zipf_lines(
+    path: str, size_mb: float, vocab: int = 8000, words: int = 10, exponent: float = 1.1
+) -> None:
+    """Lines of exactly `words` Zipf-distributed words from a `vocab`-word vocabulary
+    (vectorized: ~1 s per 100 MB)."""
+    rng = np.random.default_rng(13)
+    ranks = np.arange(1, vocab + 1)
+    cdf = np.cumsum(ranks**-exponent)
+    cdf /= cdf[-1]
+    lens = np.clip((np.log2(ranks) * 0.6 + 2 + rng.integers(0, 3, vocab)).astype(int), 1, 14)
+    letters = np.frombuffer(b"abcdefghijklmnoprstuvwy", dtype=np.uint8)
+    vocab_words = [bytes(letters[rng.integers(0, len(letters), n)]) for n in lens]
+    # The word followed by its separator: a space, or a newline after the last of a line.
+    table = np.array([w + b" " for w in vocab_words] + [w + b"\n" for w in vocab_words], object)
+    target = int(size_mb * 1e6)
+    written = 0
+    with open(path, "wb") as f:
+        while written < target:
+            n_lines = 50_000
+            idx = np.searchsorted(cdf, rng.random(n_lines * words))
+            idx[words - 1 :: words] += vocab
+            chunk = b"".join(table[idx].tolist())
+            f.write(chunk)
+            written += len(chunk)
