@@ -144,7 +144,7 @@ class SparkCompiler:
         n = node.num_partitions if replay is None or by_partition else 1
         spec: ShuffleInput
         if isinstance(s, AggregateShuffle):
-            sink = CombineSink(s.combine_cp, s.create_combiner, s.merge_value)
+            sink = CombineSink(s.combine_cp, s.create_combiner, s.merge_value, s.defer)
             mapped = self.build(node.parents[0], sink, replay=replay)
             shuffled = mapped.partitionBy(n, s.partition_func)
             spec = ShuffleInput(s.cp, "aggregate", s.merge_combiners, capture=s.captures)

@@ -10,6 +10,7 @@ from typing import Any
 from repository import BadInput, Culprit, ProvenanceRepository
 
 from ._compile import SparkCompiler
+from ._deferred import NARROW_POLICIES
 from ._interpreter import check_capture_python
 from ._plan import ParallelSource, PlanNode, TextSource
 from ._planner import Planner
@@ -29,6 +30,10 @@ class LineageContext:
       and fails the job as Spark would; "skip" records it, drops the record and goes on.
     - `capture=False` runs the same pipelines without recording lineage (`lineage()` then
       has nothing to trace).
+    - `narrow`: "eager" (default) records every association of a map-side combiner's narrow
+      chain; "deferred" records the combiner's keys and coarse input groups, and traces
+      re-derive the exact associations by re-running the chain on those groups' records
+      (much less lineage on disk, traces of frequent keys slower; see `agent._deferred`).
     """
 
     def __init__(
@@ -39,6 +44,7 @@ class LineageContext:
         run_id: str | None = None,
         on_error: str = "fail",
         capture: bool = True,
+        narrow: str = "eager",
     ) -> None:
         sc = getattr(spark, "sparkContext", spark)
         if not hasattr(sc, "parallelize") or not hasattr(sc, "runJob"):
@@ -49,11 +55,14 @@ class LineageContext:
             raise BadInput("LineageContext needs a repository opened for writing (its owner)")
         if on_error not in _ON_ERROR:
             raise BadInput(f"on_error must be one of {', '.join(_ON_ERROR)}, got {on_error!r}")
+        if narrow not in NARROW_POLICIES:
+            raise BadInput(f"narrow must be one of {', '.join(NARROW_POLICIES)}, got {narrow!r}")
         self.sc = sc
         check_capture_python(sc)  # fails now, not in every task, if workers cannot capture
         self.repo = repo
         self.run_id = run_id or f"run-{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:6]}"
         self.on_error = on_error
+        self.narrow = narrow
         self.capture = capture
         self.writer_spec = repo.writer_spec()
         # Plumbing for front-ends (this RDD agent, a DataFrame agent): names, capture points,

@@ -53,6 +53,7 @@ class AggregateShuffle:
     merge_combiners: Callable[[Any, Any], Any]
     partition_func: Callable[[Any], int]
     captures: Captures  # what the reduce side keeps of each record
+    defer: tuple[int, int] | None = None  # deferred narrow lineage: (exact, group); see _deferred
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from pyspark.rdd import RDD, portable_hash
 from pyspark.resultiterable import ResultIterable
 
+from ._deferred import defer_plan
 from ._plan import (
     AggregateShuffle,
     Captures,
@@ -174,6 +175,7 @@ class CapturedRDD:
         planner = self.lc.planner
         n = self._default_partitions(numPartitions)
         name = planner.node_name(_name)
+        deferred = defer_plan(self.node, self.lc.on_error) if self.lc.narrow == "deferred" else None
         combine_cp = planner.capture_point(
             f"{name}.combine",
             "combiner",
@@ -181,6 +183,7 @@ class CapturedRDD:
             self.node.capture_points(),
             self.node.segment_dependency(),
             self.node.num_partitions,
+            **(deferred[1] if deferred else {}),
         )
         red_cp = planner.capture_point(
             name, "reducer", "JOIN", [combine_cp.number], "shuffle", n, captures=_capture
@@ -193,6 +196,7 @@ class CapturedRDD:
             mergeCombiners,
             partitionFunc,
             _capture,
+            deferred[0] if deferred else None,
         )
         return self._derive(PlanNode("shuffle", name, n, (self.node,), start=start))
 

@@ -37,6 +37,7 @@ class CombineSink:
         self.drop = drop  # exclusive replay: original ids removed here
         self.slots = array("i")
         self.n_records = 0
+        self.keys: list = []  # the combiner records' keys, by slot
         self.count = self.slots.__len__
 
     def run(self, records: Iterator) -> Iterable:
@@ -56,6 +57,7 @@ class CombineSink:
                 vals[s] = merge(vals[s], v)
             slots_append(s)
         self.n_records = len(keys)
+        self.keys = keys
         base = self.base
         if self.keep is not None:
             keep, split = self.keep, self.split

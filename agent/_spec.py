@@ -81,11 +81,13 @@ class OutputSink:
 
 @dataclass(frozen=True)
 class CombineSink:
-    """Map side of an aggregation: combine per key and capture the combiner records."""
+    """Map side of an aggregation: combine per key and capture the combiner records.
+    `defer`: (exact, group) of the deferred narrow policy (see `_deferred`), or None: eager."""
 
     cp: CapturePoint
     create_combiner: Callable
     merge_value: Callable
+    defer: tuple[int, int] | None = None
 
 
 @dataclass(frozen=True)

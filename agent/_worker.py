@@ -210,13 +210,15 @@ def run_segment(spec: SegmentSpec, split: int, iterator: Iterator) -> Iterator:
     on_fail: Callable[[BaseException], None] | None = None
     if skip:
         on_fail = (
-            partial(_record_failure, journal, inp, state, split) if journal is not None else _ignore
+            partial(_record_failure, journal, inp, state, split)
+            if journal is not None
+            else ignore_error
         )
-    records = _apply_ops(records, spec.ops, split, state, groups, on_fail)
+    records = apply_ops(records, spec.ops, split, state, groups, on_fail)
     if groups:  # after a partition-lineage mapPartitions every record derives from its group
         ids.const = record_id_base(groups[-1][0].number, split)
     if on_fail is not None:  # skip
-        records = _skipping(records, on_fail)
+        records = skipping(records, on_fail)
     try:
         yield from sink.run(records)
         if not state.exhausted:  # a StopIteration escaped a user function and ended a map early
@@ -293,7 +295,7 @@ def _failing_record(
     return None, None
 
 
-def _skipping(records: Iterator, on_fail: Callable[[BaseException], None]) -> Iterator:
+def skipping(records: Iterator, on_fail: Callable[[BaseException], None]) -> Iterator:
     """on_error="skip": a record whose processing raised is recorded (FAIL) and dropped. The
     C iterators `map` and `filter` survive an exception in their function, so pulling again
     goes on with the next record; flat-mapping is guarded per record (`_guarded`)."""
@@ -324,7 +326,7 @@ def _guarded(f: Callable, on_fail: Callable[[BaseException], None]) -> Callable:
     return guarded
 
 
-def _ignore(_error: BaseException) -> None:
+def ignore_error(_error: BaseException) -> None:
     return None
 
 
@@ -385,7 +387,7 @@ def _make_sink(spec: SegmentSpec, split: int, ids: sinks.IdSource):
     raise TypeError(f"unknown segment sink {s!r}")
 
 
-def _apply_ops(
+def apply_ops(
     records: Iterator,
     ops: tuple[NarrowOp, ...],
     split: int,
@@ -481,7 +483,7 @@ def _journal_lineage(
     group_parent = prev
     s = spec.sink
     if isinstance(s, CombineSink):
-        _journal_combiner(journal, s.cp, state, sink, in_ids, group_parent)
+        _journal_combiner(journal, s, state, sink, in_ids, group_parent)
     elif isinstance(s, OutputSink):
         return _journal_output(journal, s, split, state, sink, in_ids, group_parent)
     return None
@@ -513,7 +515,8 @@ def _input_index(bounds: array, m: int) -> np.ndarray:
     return np.searchsorted(b, np.arange(m, dtype=np.int64), side="right") - 1
 
 
-def _journal_combiner(journal, cp, state, sink, in_ids, group_parent) -> None:
+def _journal_combiner(journal, s: CombineSink, state, sink, in_ids, group_parent) -> None:
+    cp = s.cp
     n = sink.n_records
     if group_parent is not None:
         journal.batch(
@@ -528,6 +531,9 @@ def _journal_combiner(journal, cp, state, sink, in_ids, group_parent) -> None:
     src = np.repeat(np.arange(len(b), dtype=np.int32 if len(b) < 1 << 31 else np.int64), per_input)
     if len(src) < m:  # records consumed before any input was pulled (no parent)
         slots = slots[m - len(src) :]
+    if s.defer is not None and state.ids is None:  # positional input: ids are base + index
+        _journal_deferred(journal, cp, s.defer, state.base, slots, src, sink.keys)
+        return
     # Group (slot, input) pairs by slot, inputs ascending: one sort of packed keys is 3x
     # faster than a stable argsort and two gathers (numpy's SIMD int64 sort).
     if len(b) < 1 << 32:
@@ -546,6 +552,50 @@ def _journal_combiner(journal, cp, state, sink, in_ids, group_parent) -> None:
     # Positional inputs: ids are base + index, no gather needed.
     parents = in_ids[i_sorted] if state.ids is not None else state.base + i_sorted.astype(np.int64)
     journal.batch(cp, n, parent_counts=np.bincount(s_sorted, minlength=n), parent_ids=parents)
+
+
+def _journal_deferred(
+    journal: TaskJournal,
+    cp: CapturePoint,
+    defer: tuple[int, int],
+    base: int,
+    slots: np.ndarray,
+    src: np.ndarray,
+    keys: list,
+) -> None:
+    """The deferred narrow policy (see `_deferred`): each combiner record keeps its key and,
+    when it has more than `exact` parents, the groups of `group` consecutive inputs that hold
+    them (base + input // group) instead of the inputs."""
+    exact, group = defer
+    n = len(keys)
+    key = (slots.astype(np.int64) << 32) | src
+    key.sort()
+    s_sorted, i_sorted = key >> 32, key & 0xFFFFFFFF
+    if len(key) > 1:  # one (record, input) pair per input, as eagerly
+        keep = np.empty(len(key), dtype=bool)
+        keep[0] = True
+        np.not_equal(key[1:], key[:-1], out=keep[1:])
+        s_sorted, i_sorted = s_sorted[keep], i_sorted[keep]
+    counts = np.bincount(s_sorted, minlength=n)
+    coarse = counts > exact
+    if coarse.any():
+        c = coarse[s_sorted]
+        i_sorted = np.where(c, i_sorted // group, i_sorted)
+        if len(i_sorted) > 1:  # inputs of one group collapse into one parent
+            keep = np.ones(len(i_sorted), dtype=bool)
+            keep[1:] = (s_sorted[1:] != s_sorted[:-1]) | (i_sorted[1:] != i_sorted[:-1])
+            s_sorted, i_sorted = s_sorted[keep], i_sorted[keep]
+        counts = np.bincount(s_sorted, minlength=n)
+    groups = np.where(coarse, group, 1)
+    values = [pickle.dumps((k, int(g)), pickle.HIGHEST_PROTOCOL) for k, g in zip(keys, groups)]
+    journal.batch(
+        cp,
+        n,
+        parent_counts=counts,
+        parent_ids=base + i_sorted.astype(np.int64),
+        values=values,
+        attributes={"narrow": "deferred"},
+    )
 
 
 def _journal_output(

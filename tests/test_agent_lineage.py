@@ -97,6 +97,22 @@ def check_lineage(lc, captured, vanilla, ref: Ref, action: str = "collect") -> N
         assert got_out == outputs_of.get(source_id(datum), Counter()), f"forward from {datum!r}"
 
 
+@pytest.fixture(params=["eager", "deferred"])
+def lc(request, spark, tmp_path, monkeypatch):
+    """Every test runs under both narrow policies. Deferred with tiny thresholds, so records
+    here have coarse groups (more than 2 parents: groups of 3 inputs) re-derived at trace
+    time, not only exact ones."""
+    from agent import LineageContext, _deferred
+    from repository import ProvenanceRepository, RepositoryConfig
+
+    if request.param == "deferred":
+        monkeypatch.setattr(_deferred, "EXACT", 2)
+        monkeypatch.setattr(_deferred, "GROUP", 3)
+    config = RepositoryConfig(sync="none", rollover_interval=3600)
+    with ProvenanceRepository.open(tmp_path / "lineage-repo", config) as r:
+        yield LineageContext(spark, r, narrow=request.param)
+
+
 @pytest.fixture
 def src(lc, text_path):
     return Sources(lc, text_path)

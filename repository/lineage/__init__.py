@@ -4,6 +4,7 @@ and nothing in the core imports it."""
 
 from ._cache import ByteLRU
 from ._culprits import Culprit, find_culprits
+from ._deferred import DeferredError
 from ._forward_store import ForwardIndex, verify_forward
 from ._index import RUN_COMPONENT_TYPE, BatchLoc, CapturePointInfo, LineageIndex, RunInfo
 from ._mine import ActorInstance, MineReport, mine
@@ -17,6 +18,7 @@ __all__ = [
     "ByteLRU",
     "CapturePointInfo",
     "Culprit",
+    "DeferredError",
     "ForwardIndex",
     "LineageIndex",
     "MineReport",

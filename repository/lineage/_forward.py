@@ -99,6 +99,9 @@ class FwdDirectory(msgspec.Struct, gc=False):
     route_blocks: list[int] = []
     route_lo: list[int] = []
     route_hi: list[int] = []
+    # Batches of deferred narrow lineage (coarse parents, re-derived at trace time): no
+    # section; their forward hops re-run the chain instead.
+    deferred: list[int] = []
 
 
 _ENC = msgspec.msgpack.Encoder()
@@ -119,6 +122,11 @@ def indexed(batch: LineageBatch) -> bool:
     parents."""
     rid = batch.record_ids
     return batch.parent_ids is not None and rid.codec == 0 and rid.width == 1
+
+
+def is_deferred(attributes: dict[str, str]) -> bool:
+    """A batch of deferred narrow lineage (its stored parents are coarse)."""
+    return attributes.get("narrow") == "deferred"
 
 
 # -- inverting -----------------------------------------------------------------------------------
@@ -182,6 +190,7 @@ class ForwardBuilder:
         # Routing: distinct parents of multi-partition sections, with their section number.
         self._route_parents: list[np.ndarray] = []
         self._route_sections: list[np.ndarray] = []
+        self._deferred: list[int] = []
         self._queue: queue.Queue[tuple[int, np.ndarray, np.ndarray] | None] = queue.Queue(_QUEUE)
         self._error: BaseException | None = None
         self._thread: threading.Thread | None = None
@@ -191,6 +200,9 @@ class ForwardBuilder:
         if self._error is not None:
             raise RepositoryError(f"forward index builder failed: {self._error}")
         if not indexed(batch) or batch.parent_counts is None:
+            return
+        if is_deferred(batch.attributes):
+            self.skip_deferred(first_event_id)
             return
         parents = batch.parent_array()
         assert parents is not None
@@ -216,6 +228,10 @@ class ForwardBuilder:
             self._queue.put(None)
             self._thread.join()
             self._thread = None
+
+    def skip_deferred(self, first_event_id: int) -> None:
+        """Note a batch of deferred lineage (no section: its parents are coarse)."""
+        self._deferred.append(first_event_id)
 
     def add_pairs(self, first_event_id: int, counts: np.ndarray, parents: np.ndarray) -> None:
         """Add the section of one batch (CSR parent counts and parents)."""
@@ -308,6 +324,7 @@ class ForwardBuilder:
             route_blocks,
             route_lo,
             route_hi,
+            sorted(self._deferred),
         )
         body = _ENC.encode(directory)
         self._write(body)

@@ -22,7 +22,7 @@ from .._blocks import BatchSlice, BlockError
 from .._eventlog import LogReader
 from .._layout import LOG_SUFFIX, TOC_SUFFIX, Layout
 from .._store import LogStore
-from .._toc import BatchRef, TocError, read_toc
+from .._toc import BatchRef, Toc, TocError, read_toc
 from ._cache import ByteLRU
 from ._forward import (
     FWD_SUFFIX,
@@ -30,6 +30,7 @@ from ._forward import (
     ForwardError,
     ForwardFile,
     forward_path,
+    is_deferred,
 )
 
 log = logging.getLogger("provrepo.repository")
@@ -150,8 +151,11 @@ class ForwardIndex:
         with self._lock:
             b = self.builder(reader.first_id)
             try:
-                for ref, counts, parents in batch_parents(reader):
-                    b.add_pairs(ref.first_event_id, counts, parents)
+                for ref, counts, parents, deferred in batch_parents(reader):
+                    if deferred:
+                        b.skip_deferred(ref.first_event_id)
+                    else:
+                        b.add_pairs(ref.first_event_id, counts, parents)
                 b.commit(reader.toc)
             except BaseException:
                 b.discard()
@@ -194,15 +198,17 @@ class ForwardIndex:
         return n
 
 
-def batch_parents(reader: LogReader) -> Iterator[tuple[BatchRef, np.ndarray, np.ndarray]]:
-    """(toc batch, CSR parent counts, parents) of every positional batch of a log, read from
-    its blocks in order (each block decoded once)."""
+def batch_parents(
+    reader: LogReader,
+) -> Iterator[tuple[BatchRef, np.ndarray, np.ndarray, bool]]:
+    """(toc batch, CSR parent counts, parents, whether deferred) of every positional batch
+    of a log, read from its blocks in order (each block decoded once)."""
     refs = sorted((b for b in reader.toc.batches if positional(b)), key=lambda b: b.first_event_id)
     if not refs:
         return
     counts: list[np.ndarray] = []
     parents: list[np.ndarray] = []
-    k, got = 0, 0
+    k, got, deferred = 0, 0, False
     start = reader.block_index(refs[0].first_event_id)
     for bi in range(start, len(reader.toc.block_offsets)):
         for e in reader.read_block(bi):
@@ -215,11 +221,12 @@ def batch_parents(reader: LogReader) -> Iterator[tuple[BatchRef, np.ndarray, np.
                 continue
             c = e.batch.parent_counts
             p = e.batch.parent_array()
+            deferred = is_deferred(e.batch.attributes)
             counts.append(c.to_array() if c is not None else np.zeros(e.count, np.int64))
             parents.append(p if p is not None else np.zeros(0, np.int64))
             got += e.count
             if got == ref.count:
-                yield ref, np.concatenate(counts), np.concatenate(parents)
+                yield ref, np.concatenate(counts), np.concatenate(parents), deferred
                 counts, parents, got = [], [], 0
                 k += 1
     if k < len(refs):
@@ -257,7 +264,29 @@ def verify_forward(layout: Layout) -> tuple[list[str], int]:
     return problems, checked
 
 
-def _verify_file(path: str, toc) -> list[str]:
+def _check_deferred(path: str, toc: Toc, firsts: set[int]) -> list[str]:
+    """The batches a forward file lists as deferred must say so themselves (else their
+    forward hops would silently find nothing)."""
+    if not firsts:
+        return []
+    reader = LogReader(path[: -len(FWD_SUFFIX)] + LOG_SUFFIX, toc)
+    problems = []
+    try:
+        for first in sorted(firsts):
+            try:
+                entries = reader.read_block(reader.block_index(first))
+            except (BlockError, OSError) as err:
+                problems.append(f"{path}: cannot check batch at event {first}: {err}")
+                continue
+            entry = next((x for x in entries if x.first_id == first), None)
+            if not isinstance(entry, BatchSlice) or not is_deferred(entry.batch.attributes):
+                problems.append(f"{path}: lists batch at event {first} as deferred; it is not")
+    finally:
+        reader.close()
+    return problems
+
+
+def _verify_file(path: str, toc: Toc) -> list[str]:
     try:
         ff = ForwardFile(path, toc)
     except (ForwardError, OSError) as e:
@@ -276,6 +305,9 @@ def _verify_file(path: str, toc) -> list[str]:
                 if sec is not None:
                     pairs[sec] = pairs.get(sec, 0) + len(s.children)
         want = {b.first_event_id: b.associations for b in toc.batches if positional(b)}
+        deferred = set(ff.directory.deferred)
+        problems.extend(_check_deferred(path, toc, deferred & set(want)))
+        want = {f: n for f, n in want.items() if f not in deferred}
         have = {s.first_event_id: s.pairs for s in ff.directory.sections}
         for first, n in want.items():
             if have.get(first) != n:

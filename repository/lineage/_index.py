@@ -38,6 +38,7 @@ from .._errors import NotFound
 from .._store import LogStore
 from .._toc import BatchRef
 from ._cache import ByteLRU
+from ._deferred import DeferredError, DeferredResolver
 from ._forward import ForwardError
 from ._forward_store import ForwardIndex
 from ._raw import read_ranges
@@ -71,6 +72,9 @@ class BatchLoc:
     event_type: str
     attempt: int
     associations: int
+    run_id: str = ""
+    cp: int = -1
+    partition: int = -1
 
 
 @dataclass
@@ -87,6 +91,9 @@ class CapturePointInfo:
     records: int = 0
     associations: int = 0
     captures: str | None = None  # what a reducer keeps of each record: "value" or "key"
+    # The deferred narrow policy's fields (group, input, chain) when the combiner's
+    # associations are re-derived at trace time (see `_deferred`); None: stored eagerly.
+    deferred: dict | None = None
 
 
 @dataclass
@@ -104,6 +111,7 @@ class _Slice:
 
     __slots__ = (
         "count",
+        "deferred",
         "first_id",
         "nbytes",
         "offsets",
@@ -124,6 +132,8 @@ class _Slice:
         self.uri = b.location.uri if b.location is not None else None
         self.values = b.values
         self.voffs = b.value_offsets.to_array() if b.value_offsets is not None else None
+        # Stored parents are coarse (deferred narrow policy): never read them as they are.
+        self.deferred = b.attributes.get("narrow") == "deferred"
         self.nbytes = (
             64
             + sum(
@@ -159,19 +169,21 @@ class LineageIndex:
         self._descriptors: dict[str, tuple[int, int]] = {}  # run -> (version, event id)
         # One byte budget for decoded lineage: backward slices, whole batches (scans), and
         # the forward index's blocks.
-        self._cache: ByteLRU[list[_Slice]] = ByteLRU(cache_bytes // 2)
-        self._whole: ByteLRU[tuple[np.ndarray, np.ndarray]] = ByteLRU(cache_bytes // 4)
+        eighth = cache_bytes // 8
+        self._cache: ByteLRU[list[_Slice]] = ByteLRU(4 * eighth)
+        self._whole: ByteLRU[tuple[np.ndarray, np.ndarray]] = ByteLRU(eighth)
         if forward is None:
             forward = ForwardIndex(store, store.layout, writable=False)
         self._forward = forward
-        self._forward.cache.limit = cache_bytes - cache_bytes // 2 - cache_bytes // 4
+        self._forward.cache.limit = 2 * eighth
+        self._deferred = DeferredResolver(self, cache_bytes - 7 * eighth)
         self._infos: dict[str, RunInfo] = {}
 
     @property
     def caches(self) -> tuple[ByteLRU, ...]:
         """The byte-bounded caches of decoded lineage (backward slices, whole batches,
-        forward blocks): their `nbytes` never pass their `limit`."""
-        return self._cache, self._whole, self._forward.cache
+        forward blocks, deferred key maps): their `nbytes` never pass their `limit`."""
+        return self._cache, self._whole, self._forward.cache, self._deferred.cache
 
     # -- directory ---------------------------------------------------------------------------
 
@@ -193,6 +205,7 @@ class LineageIndex:
                 self._cache.clear()
                 self._whole.clear()
                 self._forward.forget(live)
+                self._deferred.clear()
             touched: set[tuple[str, int, int] | None] = set()
             for r in readers:
                 if r.first_id in self._seen:
@@ -222,6 +235,9 @@ class LineageIndex:
             b.event_type,
             b.attempt,
             b.associations,
+            b.run_id,
+            cp,
+            part,
         )
         self._dirs.setdefault(b.run_id, {}).setdefault((cp, part), []).append(loc)
         ids = self._run_ids.setdefault(b.run_id, [b.first_event_id, 0, 0])
@@ -269,6 +285,11 @@ class LineageIndex:
                         c.get("dependency", "unknown"),
                         c.get("partitions", 0),
                         captures=c.get("captures"),
+                        deferred=(
+                            {k: c[k] for k in ("exact", "group", "input", "chain")}
+                            if c.get("narrow") == "deferred"
+                            else None
+                        ),
                     )
             for (cp, _part), locs in d.items():
                 if locs[0].component_type == RUN_COMPONENT_TYPE:
@@ -409,20 +430,63 @@ class LineageIndex:
             d = self._dirs.get(run, {})
             return sum(loc.count for (c, _p), locs in d.items() if c == cp for loc in locs)
 
+    def count_partition(self, run: str, cp: int, part: int) -> int:
+        """How many records are stored at (capture point, partition)."""
+        self.refresh()
+        with self._lock:
+            return sum(loc.count for loc in self._dirs.get(run, {}).get((cp, part), []))
+
+    def partition_records(self, run: str, cp: int, part: int) -> np.ndarray:
+        """Every record id stored at (capture point, partition), ascending."""
+        base = record_id_base(cp, part)
+        return concat_sorted(
+            [
+                base + loc.pos_start + np.arange(loc.count, dtype=np.int64)
+                for loc in self.locs(run, cp, part)
+            ]
+        )
+
+    def stored_rows(self, loc: BatchLoc, positions: np.ndarray) -> list[tuple[Any, np.ndarray]]:
+        """(captured value, parents as stored) of the records at `positions` (ascending) of
+        one batch: what the deferred resolver re-derives exact parents from."""
+        evs = loc.first_event_id + positions - loc.pos_start
+        out: list[tuple[Any, np.ndarray]] = []
+        for sl, local in self._slices_for(loc, evs):
+            for li in local.tolist():
+                value = None
+                if sl.values is not None and sl.voffs is not None:
+                    value = _value(sl.values, sl.voffs, li)
+                row = EMPTY if sl.parents is None else sl.parents[sl.starts[li] : sl.starts[li + 1]]
+                out.append((value, row))
+        return out
+
+    def _deferred_cps(self, run: str) -> dict[int, CapturePointInfo]:
+        """The run's capture points whose narrow associations are deferred."""
+        try:
+            cps = self.run_info(run).capture_points
+        except NotFound:
+            return {}
+        return {n: c for n, c in cps.items() if c.deferred}
+
     # -- hops --------------------------------------------------------------------------------
 
     def parents(self, run: str, record_ids: np.ndarray) -> np.ndarray:
         """The distinct parent record ids of the given records (backward hop), ascending."""
         self.refresh()
         ids = as_set(np.asarray(record_ids, dtype=np.int64))
+        deferred = self._deferred_cps(run)
         out = []
         for _, loc, positions in self._group(run, ids):
             if not loc.associations:
                 continue  # a source's records: nothing to read
+            info = deferred.get(loc.cp)
+            if info is not None:  # re-derived by re-running the narrow chain
+                out.extend(self._deferred.rows(run, info, loc.partition, loc, positions))
+                continue
             evs = loc.first_event_id + positions - loc.pos_start
             for sl, local in self._slices_for(loc, evs):
                 if sl.parents is not None:
-                    out.append(_rows(sl, local))
+                    out.append(_rows(_exact(sl, run), local))
         return unique_ids(out)
 
     def children(self, run: str, record_ids: np.ndarray, info: RunInfo | None = None) -> np.ndarray:
@@ -440,6 +504,9 @@ class LineageIndex:
             with self._lock:
                 for child in self._child_cps(info, cp):
                     c = info.capture_points.get(child)
+                    if c is not None and c.deferred and int(c.deferred["input"]) == cp:
+                        out.append(self._deferred.children(run, c, mine))
+                        continue
                     narrow = c is not None and c.dependency == "narrow"
                     for part in self.partitions(run, child):
                         if narrow and part not in parts:
@@ -465,6 +532,8 @@ class LineageIndex:
         """Children of `parents` among the `allowed` batches of one log: through its forward
         index, or by scanning those batches when the index cannot be used."""
         ff = self._forward.file(log_first)
+        if ff is not None and not set(allowed).isdisjoint(ff.directory.deferred):
+            raise _no_descriptor(run)
         for _attempt in range(2):
             if ff is None:
                 break
@@ -548,10 +617,16 @@ class LineageIndex:
         """Each stored record's parents, in stored order (e.g. a join's left, then right)."""
         self.refresh()
         out: dict[int, np.ndarray] = {}
+        deferred = self._deferred_cps(run)
         for base, loc, positions in self._group(run, as_set(np.asarray(record_ids, np.int64))):
+            info = deferred.get(loc.cp)
+            if info is not None:
+                rows = self._deferred.rows(run, info, loc.partition, loc, positions)
+                out.update(zip((base + positions).tolist(), rows))
+                continue
             evs = loc.first_event_id + positions - loc.pos_start
             for sl, local in self._slices_for(loc, evs):
-                first = base + loc.pos_start + (sl.first_id - loc.first_event_id)
+                first = base + loc.pos_start + (_exact(sl, run).first_id - loc.first_event_id)
                 for li in local.tolist():
                     lo, hi = sl.starts[li], sl.starts[li + 1]
                     out[first + li] = (
@@ -609,11 +684,20 @@ class LineageIndex:
         hit = self._whole.get(key)
         if hit is not None:
             return hit
+        info = self._deferred_cps(loc.run_id).get(loc.cp) if loc.run_id else None
+        if info is not None:  # every record's parents, re-derived: the whole partition re-runs
+            positions = loc.pos_start + np.arange(loc.count, dtype=np.int64)
+            rows = self._deferred.rows(loc.run_id, info, loc.partition, loc, positions)
+            row_starts = np.zeros(len(rows) + 1, dtype=np.int64)
+            np.cumsum([len(r) for r in rows], out=row_starts[1:])
+            flat = np.concatenate(rows) if rows else EMPTY
+            return self._whole.put(key, (row_starts, flat), row_starts.nbytes + flat.nbytes)
         evs = loc.first_event_id + np.arange(loc.count, dtype=np.int64)
         starts, flats, base = [np.zeros(1, dtype=np.int64)], [], 0
         for sl, local in self._slices_for(loc, evs):
             if sl.parents is None:
                 continue
+            _exact(sl, loc.run_id)
             lo, hi = int(sl.starts[local[0]]), int(sl.starts[local[-1] + 1])
             flats.append(sl.parents[lo:hi])
             starts.append(base + sl.starts[local[0] + 1 : local[-1] + 2] - lo)
@@ -693,11 +777,19 @@ class LineageIndex:
 
     def record_data(self, run: str, record_ids: np.ndarray) -> list:
         """Raw data of each record: source bytes re-read by offset, or the captured value;
-        None where neither was captured."""
+        None where neither was captured. (A deferred combiner record's data is its key.)"""
+        return self._record_data(run, record_ids, unwrap=True)
+
+    def raw_values(self, run: str, record_ids: np.ndarray) -> list:
+        """As `record_data`, but deferred combiner records give their stored (key, group)."""
+        return self._record_data(run, record_ids, unwrap=False)
+
+    def _record_data(self, run: str, record_ids: np.ndarray, unwrap: bool) -> list:
         self.refresh()
         ids = np.asarray(record_ids, dtype=np.int64)
         out: dict[int, object] = {}
         reads: dict[str, list[tuple[int, int, int]]] = {}  # uri -> (offset, length, record)
+        deferred = self._deferred_cps(run) if unwrap else {}
         for base, loc, positions in self._group(run, unique_ids(ids)):
             evs = loc.first_event_id + positions - loc.pos_start
             for sl, local in self._slices_for(loc, evs):
@@ -705,6 +797,10 @@ class LineageIndex:
                 if sl.voffs is not None and sl.values is not None:
                     for li in local.tolist():
                         out[first + li] = _value(sl.values, sl.voffs, li)
+                    if loc.cp in deferred:
+                        for li in local.tolist():
+                            v = out[first + li]
+                            out[first + li] = v[0] if isinstance(v, tuple) else v
                 elif sl.offsets is not None and sl.uri is not None:
                     todo = reads.setdefault(sl.uri, [])
                     for li in local.tolist():
@@ -722,6 +818,21 @@ def _value(values: bytes, voffs: np.ndarray, li: int) -> Any:
         return pickle.loads(raw)
     except Exception:  # a value that cannot be rebuilt here is shown as its bytes
         return raw
+
+
+def _exact(sl: _Slice, run: str) -> _Slice:
+    """`sl`, if its stored parents are the exact ones; a deferred batch's are coarse, and
+    reading them without re-deriving would be silently wrong lineage."""
+    if sl.deferred:
+        raise _no_descriptor(run)
+    return sl
+
+
+def _no_descriptor(run: str) -> DeferredError:
+    return DeferredError(
+        f"run {run!r} has deferred narrow lineage but its run descriptor (which holds the "
+        "chain to re-derive it) is not in the repository"
+    )
 
 
 def as_set(ids: np.ndarray) -> np.ndarray:
