@@ -1,24 +1,61 @@
 """The embedded provenance repository: rollover, event logs with tables of contents, lookup,
 export, recovery, search and age-off; lineage over the stored events (`repository.lineage`);
-the `provrepo` command line (`repository.cli`)."""
+the `provrepo` command line (`repository.cli`).
 
-from ._ageoff import AgeOffReport
-from ._config import RepositoryConfig, parse_duration, parse_size
-from ._errors import BadInput, ConfigError, NotFound, RepositoryError, RepositoryLocked
-from ._export import ExportBatch, ExportCursor
-from ._repository import ProvenanceRepository
-from ._rollover import RolloverError, RolloverStats
-from ._stats import RepositoryStats
-from ._verify import VerifyReport
-from .lineage import (
-    RUN_COMPONENT_TYPE,
-    ActorInstance,
-    CapturePointInfo,
-    Culprit,
-    LineageIndex,
-    MineReport,
-    RunInfo,
-)
+Names are loaded on first use: Spark's Python workers running a distributed trace import
+`repository.lineage` to read event logs, and must not pay for the search index (tantivy) and
+the rest of the facade they never use.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ._ageoff import AgeOffReport
+    from ._config import RepositoryConfig, parse_duration, parse_size
+    from ._errors import BadInput, ConfigError, NotFound, RepositoryError, RepositoryLocked
+    from ._export import ExportBatch, ExportCursor
+    from ._repository import ProvenanceRepository
+    from ._rollover import RolloverError, RolloverStats
+    from ._stats import RepositoryStats
+    from ._verify import VerifyReport
+    from .lineage import (
+        RUN_COMPONENT_TYPE,
+        ActorInstance,
+        CapturePointInfo,
+        Culprit,
+        LineageIndex,
+        MineReport,
+        RunInfo,
+    )
+
+_EXPORTS = {
+    "RUN_COMPONENT_TYPE": ".lineage",
+    "ActorInstance": ".lineage",
+    "AgeOffReport": "._ageoff",
+    "BadInput": "._errors",
+    "CapturePointInfo": ".lineage",
+    "ConfigError": "._errors",
+    "Culprit": ".lineage",
+    "ExportBatch": "._export",
+    "ExportCursor": "._export",
+    "LineageIndex": ".lineage",
+    "MineReport": ".lineage",
+    "NotFound": "._errors",
+    "ProvenanceRepository": "._repository",
+    "RepositoryConfig": "._config",
+    "RepositoryError": "._errors",
+    "RepositoryLocked": "._errors",
+    "RepositoryStats": "._stats",
+    "RolloverError": "._rollover",
+    "RolloverStats": "._rollover",
+    "RunInfo": ".lineage",
+    "VerifyReport": "._verify",
+    "parse_duration": "._config",
+    "parse_size": "._config",
+}
 
 __all__ = [
     "RUN_COMPONENT_TYPE",
@@ -45,3 +82,16 @@ __all__ = [
     "parse_duration",
     "parse_size",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'repository' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value  # later lookups skip this hook
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -17,6 +17,7 @@ import os
 import pickle
 import threading
 from bisect import bisect_right
+from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -35,6 +36,7 @@ from journals import (
 
 from .._blocks import BatchSlice
 from .._errors import NotFound
+from .._layout import Layout
 from .._store import LogStore
 from .._toc import BatchRef
 from ._cache import ByteLRU
@@ -104,6 +106,16 @@ class RunInfo:
     first_event_id: int
     last_event_id: int
     records: int
+
+
+@dataclass
+class TraceStep:
+    """Where a trace stands before a hop: the frontier still to move, the records that have
+    stopped (each array ascending), the hops taken so far."""
+
+    frontier: np.ndarray
+    ends: list[np.ndarray]
+    hops: int
 
 
 class _Slice:
@@ -562,12 +574,23 @@ class LineageIndex:
         Only the frontier is held (levels stream: each replaces the last); capture points
         that cannot lead anywhere (sources going back, final outputs going forward) are not
         read at all."""
+        # Only the last step is kept: earlier frontiers are dropped as the trace goes.
+        (last,) = deque(self.trace_steps(run, record_ids, forward, depth), maxlen=1)
+        return concat_sorted([*last.ends, last.frontier]), last.hops
+
+    def trace_steps(
+        self, run: str, record_ids: np.ndarray, forward: bool = False, depth: int | None = None
+    ) -> Iterator[TraceStep]:
+        """`trace` a level at a time: before each hop (and once at the end) the frontier still
+        to move, the records that stopped, and the hops taken. A caller may stop iterating
+        and go on elsewhere (a Spark job, when the frontier grows large)."""
         hop = self.children if forward else self.parents
         frontier = as_set(np.asarray(record_ids, dtype=np.int64))
         info = self.run_info(run) if len(frontier) else None
         ends: list[np.ndarray] = []
         hops = 0
         while len(frontier) and (depth is None or hops < depth):
+            yield TraceStep(frontier, ends, hops)
             nxt: list[np.ndarray] = []
             stuck: list[np.ndarray] = []
             for cp, group in _by_capture_point(frontier):  # some may end earlier
@@ -582,8 +605,7 @@ class LineageIndex:
             hops += 1
             if hops > 100_000:  # lineage is a DAG: only a damaged repository could loop
                 raise RuntimeError("lineage trace does not terminate (cycle in stored lineage?)")
-        ends.append(frontier)
-        return concat_sorted(ends), hops
+        yield TraceStep(frontier, ends, hops)
 
     def _may_move(self, run: str, info: RunInfo | None, cp: int, forward: bool) -> bool:
         """False when records at `cp` have nowhere to go: no stored parents (backward), no
@@ -860,3 +882,15 @@ def _rows(sl: _Slice, local: np.ndarray) -> np.ndarray:
     if last - first + 1 == len(local):
         return sl.parents[int(sl.starts[first]) : int(sl.starts[last + 1])]
     return gather_ranges(sl.parents, sl.starts[local], sl.starts[local + 1])
+
+
+def open_index(path: str, cache_bytes: int = _CACHE_BYTES) -> LineageIndex:
+    """A read-only lineage index over the event logs of the repository at `path`, without
+    the facade (no lock, no threads, no search index): what a Spark worker tracing its part
+    of a distributed trace opens. It sees the logs committed when it was opened or refreshed.
+    The repository directory must be readable where this runs."""
+    store = LogStore(Layout(os.path.abspath(path)))
+    store.scan()
+    forward = ForwardIndex(store, store.layout, writable=False)
+    # Each lookup first picks up logs committed (or aged off) since: a worker process lives on.
+    return LineageIndex(store, store.scan, forward, cache_bytes)
