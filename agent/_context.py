@@ -15,6 +15,7 @@ from ._interpreter import check_capture_python
 from ._plan import ParallelSource, PlanNode, TextSource
 from ._planner import Planner
 from ._rdd import CapturedRDD
+from ._spark_trace import SPARK_THRESHOLD
 from ._splits import compute_splits, list_input_files
 from ._trace import LineageRDD
 
@@ -30,6 +31,9 @@ class LineageContext:
       and fails the job as Spark would; "skip" records it, drops the record and goes on.
     - `capture=False` runs the same pipelines without recording lineage (`lineage()` then
       has nothing to trace).
+    - `spark_threshold`: a trace of this context's lineage whose frontier grows past this
+      many records goes on as Spark jobs over the event logs (None: only when asked, with
+      `go_back_all(spark=True)` and the like). See `LineageRDD`.
     - `narrow`: "eager" (default) records every association of a map-side combiner's narrow
       chain; "deferred" records the combiner's keys and coarse input groups, and traces
       re-derive the exact associations by re-running the chain on those groups' records
@@ -45,6 +49,7 @@ class LineageContext:
         on_error: str = "fail",
         capture: bool = True,
         narrow: str = "eager",
+        spark_threshold: int | None = SPARK_THRESHOLD,
     ) -> None:
         sc = getattr(spark, "sparkContext", spark)
         if not hasattr(sc, "parallelize") or not hasattr(sc, "runJob"):
@@ -55,6 +60,14 @@ class LineageContext:
             raise BadInput("LineageContext needs a repository opened for writing (its owner)")
         if on_error not in _ON_ERROR:
             raise BadInput(f"on_error must be one of {', '.join(_ON_ERROR)}, got {on_error!r}")
+        if spark_threshold is not None and (
+            isinstance(spark_threshold, bool)
+            or not isinstance(spark_threshold, int)
+            or spark_threshold < 0
+        ):
+            raise BadInput(
+                f"spark_threshold must be a record count or None, got {spark_threshold!r}"
+            )
         if narrow not in NARROW_POLICIES:
             raise BadInput(f"narrow must be one of {', '.join(NARROW_POLICIES)}, got {narrow!r}")
         self.sc = sc
@@ -67,7 +80,14 @@ class LineageContext:
         self.writer_spec = repo.writer_spec()
         # Plumbing for front-ends (this RDD agent, a DataFrame agent): names, capture points,
         # the run descriptor, actions and outputs. Users need not touch it.
-        self.planner = Planner(repo, self.run_id, app=sc.appName, spark_version=sc.version, sc=sc)
+        self.planner = Planner(
+            repo,
+            self.run_id,
+            app=sc.appName,
+            spark_version=sc.version,
+            sc=sc,
+            spark_threshold=spark_threshold,
+        )
         self._compiler = SparkCompiler(
             sc, self.run_id, self.writer_spec, capture=capture, on_error=on_error
         )

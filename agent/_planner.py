@@ -33,6 +33,7 @@ from repository import RUN_COMPONENT_TYPE, BadInput, ProvenanceRepository
 
 from ._interpreter import CAPTURE_MODULES, capture_python
 from ._plan import Dependency, PlanNode
+from ._spark_trace import SPARK_THRESHOLD
 from ._spec import CapturePoint
 from ._trace import LineageRDD
 
@@ -53,8 +54,11 @@ class Planner:
         app: str = "",
         spark_version: str = "",
         sc: Any = None,
+        spark_threshold: int | None = SPARK_THRESHOLD,
     ) -> None:
         self.repo = repo
+        # Traces of the LineageRDDs made here go on as Spark jobs past this many records.
+        self.spark_threshold = spark_threshold
         self.run_id = run_id
         self._app = app
         self._spark_version = spark_version
@@ -162,7 +166,14 @@ class Planner:
         """Every record an action emitted at `cp`, traceable (merges pending journals first)."""
         self.repo.rollover()
         ids = self.repo.lineage.all_records(self.run_id, cp.number)
-        return LineageRDD(self.repo, self.run_id, ids, sc=self._sc, origin=(cp, ids))
+        return LineageRDD(
+            self.repo,
+            self.run_id,
+            ids,
+            sc=self._sc,
+            origin=(cp, ids),
+            spark_threshold=self.spark_threshold,
+        )
 
     def _describe_run(self) -> None:
         with self._lock:

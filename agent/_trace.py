@@ -6,15 +6,22 @@ no Spark job): `go_back()` / `go_next()` hop one capture point, `go_back_all()` 
 records (source lines re-read by byte offset, captured values elsewhere), and `filter(f)`
 selects records by their values.
 
-Hops are lazy: a LineageRDD knows how to compute its record ids and does so on first need
+Hops are lazy: a LineageRDD knows how to compute its records and does so on first need
 (`count()` computes ids only, never raw data). Raw data is read a page at a time
 (`toLocalIterator`), so `show`, `take`, `filter` and `count` never hold a large traced set's
 data at once.
+
+Beyond the driver: a hop given `spark=True`, or a trace whose frontier grows past
+`spark_threshold` records, runs as Spark jobs over the event logs (see `_spark_trace`); the
+set then stays on Spark (`on_spark`), and `count()`, `filter()`, `at()`, further hops,
+`toDF()` and `to_rdd()` run there too, so millions of records are traced, filtered and
+written without passing through the driver.
 """
 
 from __future__ import annotations
 
 import re
+from collections import deque
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -23,16 +30,23 @@ import numpy as np
 from journals import ProvenanceEvent, unpack_record_ids
 from repository.lineage import unique_ids
 
+from ._spark_trace import SPARK_THRESHOLD, SparkSet
+from ._trace_tasks import value_of
+
 if TYPE_CHECKING:
+    from pyspark import RDD
+    from pyspark.sql import DataFrame
+
     from repository import ProvenanceRepository
 
 
 PAGE = 10_000  # records whose raw data is read (and held) at once
+Records = np.ndarray | SparkSet  # held in the driver (ids ascending) or on Spark
 
 
 class LineageRDD:
-    """Traced records of one run. Cheap to create; ids are computed, and data read, when
-    asked for."""
+    """Traced records of one run. Cheap to create; records are computed, and data read,
+    when asked for."""
 
     def __init__(
         self,
@@ -42,26 +56,43 @@ class LineageRDD:
         sc: Any = None,
         origin: tuple[Any, np.ndarray] | None = None,
         *,
-        compute: Callable[[], np.ndarray] | None = None,
+        compute: Callable[[], Records] | None = None,
+        spark_threshold: int | None = SPARK_THRESHOLD,
     ) -> None:
         if (record_ids is None) == (compute is None):
             raise ValueError("LineageRDD needs record ids or a way to compute them")
         self.repo = repo
         self.run_id = run_id
-        self._ids = None if record_ids is None else _as_set(record_ids)
+        self._records: Records | None = None if record_ids is None else _as_set(record_ids)
+        self._ids: np.ndarray | None = self._records if record_ids is not None else None
         self._compute = compute
         self._sc = sc
+        # Frontiers above this many records go on as Spark jobs (None: never automatically).
+        self.spark_threshold = spark_threshold
         # (output capture point, its selected records) this set was traced back from: what a
         # selective replay must reproduce. Lost by forward hops.
         self.origin = origin
 
+    def _resolved(self) -> Records:
+        if self._records is None:
+            assert self._compute is not None
+            out = self._compute()
+            self._records = out if isinstance(out, SparkSet) else _as_set(out)
+            self._compute = None
+        return self._records
+
+    @property
+    def on_spark(self) -> bool:
+        """Whether the records are held by Spark (computed there, never collected)."""
+        return isinstance(self._resolved(), SparkSet)
+
     @property
     def record_ids(self) -> np.ndarray:
-        """The records' ids, ascending (computed on first use)."""
+        """The records' ids, ascending (computed on first use; collected from Spark when the
+        set is held there)."""
         if self._ids is None:
-            assert self._compute is not None
-            self._ids = _as_set(self._compute())
-            self._compute = None
+            r = self._resolved()
+            self._ids = r.ids() if isinstance(r, SparkSet) else r
         return self._ids
 
     @property
@@ -71,22 +102,21 @@ class LineageRDD:
     # -- shape -------------------------------------------------------------------------------
 
     def count(self) -> int:
-        """How many records (their ids are computed; no raw data is read)."""
-        return len(self.record_ids)
+        """How many records (ids are computed, on Spark when held there; no raw data)."""
+        r = self._resolved()
+        return r.count() if isinstance(r, SparkSet) else len(r)
 
     def __len__(self) -> int:
-        return len(self.record_ids)
+        return self.count()
 
     def capture_points(self) -> list[int]:
         """The capture points these records sit at."""
         return sorted(set(unpack_record_ids(self.record_ids)[0].tolist()))
 
-    def _with(self, ids: np.ndarray, origin: Any = "same") -> LineageRDD:
-        return LineageRDD(
-            self.repo, self.run_id, ids, self._sc, self.origin if origin == "same" else origin
-        )
+    def _with(self, ids: Records, origin: Any = "same") -> LineageRDD:
+        return self._lazy(lambda: ids, origin)
 
-    def _lazy(self, compute: Callable[[], np.ndarray], origin: Any = "same") -> LineageRDD:
+    def _lazy(self, compute: Callable[[], Records], origin: Any = "same") -> LineageRDD:
         return LineageRDD(
             self.repo,
             self.run_id,
@@ -94,30 +124,63 @@ class LineageRDD:
             self._sc,
             self.origin if origin == "same" else origin,
             compute=compute,
+            spark_threshold=self.spark_threshold,
         )
+
+    def _spark_set(self, r: Records) -> SparkSet:
+        if isinstance(r, SparkSet):
+            return r
+        if self._sc is None:
+            raise ValueError("this LineageRDD has no SparkContext (made outside a LineageContext)")
+        return SparkSet.of_ids(self._sc, self.repo.path, self.run_id, r)
 
     # -- tracing -----------------------------------------------------------------------------
 
-    def go_back(self) -> LineageRDD:
-        """The records these came from, one capture point back."""
-        return self._lazy(lambda: self._index.parents(self.run_id, self.record_ids))
+    def go_back(self, spark: bool | None = None) -> LineageRDD:
+        """The records these came from, one capture point back (`spark=True`: as a Spark
+        job; None: on Spark when the set is held there)."""
+        return self._lazy(lambda: self._hop(False, spark))
 
-    def go_next(self) -> LineageRDD:
+    def go_next(self, spark: bool | None = None) -> LineageRDD:
         """The records made from these, one capture point forward."""
-        return self._lazy(lambda: self._index.children(self.run_id, self.record_ids), None)
+        return self._lazy(lambda: self._hop(True, spark), None)
 
-    def go_back_all(self) -> LineageRDD:
-        """The source records (input lines, parallelized elements) these derive from."""
-        return self._lazy(lambda: self._index.trace(self.run_id, self.record_ids)[0])
+    def go_back_all(self, spark: bool | None = None) -> LineageRDD:
+        """The source records (input lines, parallelized elements) these derive from.
+        `spark=True`: every hop as a Spark job; None: in the driver until the frontier passes
+        `spark_threshold` records (when there is a SparkContext), then on Spark."""
+        return self._lazy(lambda: self._trace(False, spark))
 
-    def go_next_all(self) -> LineageRDD:
-        """The final output records that derive from these."""
-        return self._lazy(
-            lambda: self._index.trace(self.run_id, self.record_ids, forward=True)[0], None
-        )
+    def go_next_all(self, spark: bool | None = None) -> LineageRDD:
+        """The final output records that derive from these (`spark` as in `go_back_all`)."""
+        return self._lazy(lambda: self._trace(True, spark), None)
+
+    def _hop(self, forward: bool, spark: bool | None) -> Records:
+        r = self._resolved()
+        if spark or (spark is None and isinstance(r, SparkSet)):
+            return self._spark_set(r).hop(forward)
+        ids = self.record_ids
+        ix = self._index
+        return ix.children(self.run_id, ids) if forward else ix.parents(self.run_id, ids)
+
+    def _trace(self, forward: bool, spark: bool | None) -> Records:
+        r = self._resolved()
+        if spark or (spark is None and isinstance(r, SparkSet)):
+            return self._spark_set(r).trace(forward)
+        threshold = self.spark_threshold
+        steps = self._index.trace_steps(self.run_id, self.record_ids, forward)
+        if spark is None and self._sc is not None and threshold is not None:
+            for step in steps:
+                if len(step.frontier) > threshold:  # the rest as Spark jobs
+                    sset = self._spark_set(step.frontier)
+                    return sset.trace(forward, ends=step.ends)
+            return unique_ids([*step.ends, step.frontier])
+        (last,) = deque(steps, maxlen=1)
+        return unique_ids([*last.ends, last.frontier])
 
     def ancestors(self) -> LineageRDD:
-        """Every record these derive from, at every capture point upstream (see `at`)."""
+        """Every record these derive from, at every capture point upstream (see `at`).
+        In the driver (a set held by Spark is collected first)."""
         return self._lazy(lambda: self._index.reachable(self.run_id, self.record_ids))
 
     def descendants(self) -> LineageRDD:
@@ -138,8 +201,11 @@ class LineageRDD:
         if not wanted:
             known = ", ".join(sorted({c.component_id for c in cps.values()}))
             raise ValueError(f"no capture point named {name!r} in this run (have: {known})")
-        mine = unpack_record_ids(self.record_ids)[0]
-        return self._with(self.record_ids[np.isin(mine, wanted)])
+        r = self._resolved()
+        if isinstance(r, SparkSet):
+            return self._with(r.at(set(wanted)))
+        mine = unpack_record_ids(r)[0]
+        return self._with(r[np.isin(mine, wanted)])
 
     # -- data --------------------------------------------------------------------------------
 
@@ -147,6 +213,9 @@ class LineageRDD:
         """The raw records: source lines re-read by offset, captured values elsewhere (None
         where a capture point keeps no values). For a large set prefer `toLocalIterator()`
         (a page at a time) or `toDF()` (on Spark, never in the driver)."""
+        r = self._resolved()
+        if isinstance(r, SparkSet):
+            return [v for _rid, v in sorted(r.data().collect(), key=lambda t: t[0])]
         return list(self.toLocalIterator())
 
     def toLocalIterator(self, page: int = PAGE) -> Iterator[Any]:
@@ -155,17 +224,26 @@ class LineageRDD:
             yield from data
 
     def take(self, n: int) -> list:
-        return self._index.record_data(self.run_id, self.record_ids[:n])
+        r = self._resolved()
+        if isinstance(r, SparkSet):
+            return [v for _rid, v in r.data().take(n)]
+        return self._index.record_data(self.run_id, r[:n])
 
     def show(self, n: int = 20) -> None:
         """Print up to n records: record id, capture point and raw data."""
-        ids = self.record_ids[:n]
+        r = self._resolved()
+        if isinstance(r, SparkSet):
+            rows = r.data().take(n)
+            ids, data = np.array([i for i, _ in rows], dtype=np.int64), [d for _, d in rows]
+        else:
+            ids = r[:n]
+            data = self._index.record_data(self.run_id, ids)
         cps, parts, poss = unpack_record_ids(ids)
-        data = self._index.record_data(self.run_id, ids)
         for rid, cp, part, pos, d in zip(ids.tolist(), cps, parts, poss, data):
             print(f"{rid:>20}  cp{cp} p{part}#{pos}  {d!r}")
-        if len(self.record_ids) > n:
-            print(f"... {len(self.record_ids) - n} more")
+        total = self.count()
+        if total > n:
+            print(f"... {total - n} more")
 
     def events(self) -> list[ProvenanceEvent | None]:
         """The provenance event of each record."""
@@ -173,25 +251,33 @@ class LineageRDD:
 
     def filter(self, f: Callable[[Any], bool]) -> LineageRDD:
         """The records whose value satisfies f (values as `collect()` returns them), read a
-        page at a time."""
+        page at a time (on the executors when the set is held by Spark)."""
+        r = self._resolved()
+        if isinstance(r, SparkSet):
+            return self._with(r.filter(f), origin=None)
         kept = [
             ids[np.fromiter((bool(f(d)) for d in data), dtype=bool, count=len(data))]
-            for ids, data in self._index.iter_data(self.run_id, self.record_ids, PAGE)
+            for ids, data in self._index.iter_data(self.run_id, r, PAGE)
         ]
-        ids = np.concatenate(kept) if kept else self.record_ids[:0]
+        ids = np.concatenate(kept) if kept else r[:0]
         # Selecting among an action's outputs narrows what a replay must reproduce.
         origin = self.origin
-        at_origin = origin is not None and np.array_equal(self.record_ids, origin[1])
+        at_origin = origin is not None and np.array_equal(r, origin[1])
         return self._with(
             ids, origin=(origin[0], ids) if origin is not None and at_origin else "same"
         )
 
-    def to_rdd(self, numSlices: int | None = None):
-        """A native PySpark RDD of these records' raw data (Titian: native transformations on a
-        LineageRDD run over exactly the referenced records)."""
-        if self._sc is None:
-            raise ValueError("this LineageRDD has no SparkContext (made outside a LineageContext)")
-        return self._sc.parallelize(self.collect(), numSlices)
+    def toDF(self) -> DataFrame:
+        """The records as a Spark DataFrame (record_id, capture_point, partition, position,
+        data), their raw data read on the executors: the raw line of a text source, the repr
+        of a captured value, null where none is kept. Filter and write it as any DataFrame."""
+        return self._spark_set(self._resolved()).to_df()
+
+    def to_rdd(self, numSlices: int | None = None) -> RDD[Any]:
+        """A native PySpark RDD of these records' raw data, read on the executors (Titian:
+        native transformations on a LineageRDD run over exactly the referenced records).
+        `numSlices` is accepted for PySpark's signature; the set's own partitioning is kept."""
+        return self._spark_set(self._resolved()).data().map(value_of)
 
     def __getattr__(self, name: str):
         from pyspark.rdd import RDD
@@ -202,8 +288,10 @@ class LineageRDD:
         raise AttributeError(name)
 
     def __repr__(self) -> str:
-        if self._ids is None:
+        if self._records is None:
             return f"LineageRDD(run={self.run_id!r}, not computed yet)"
+        if isinstance(self._records, SparkSet):
+            return f"LineageRDD(run={self.run_id!r}, on Spark)"
         return f"LineageRDD(run={self.run_id!r}, records={len(self)}, cps={self.capture_points()})"
 
 

@@ -38,6 +38,15 @@ def test_executor_side_agent_code_is_light():
     assert not roots(loaded) & set(HEAVY), roots(loaded) & set(HEAVY)
 
 
+def test_executor_side_trace_code_is_light():
+    # A trace run as Spark jobs: the task module, and the read-only lineage it opens (the
+    # event logs and forward indexes of the repository, not its search index or threads).
+    loaded = loaded_after("import agent._trace_tasks; from repository.lineage import open_index")
+    heavy = set(HEAVY) - {"repository"}
+    assert not roots(loaded) & heavy, roots(loaded) & heavy
+    assert "repository._repository" not in loaded and "repository.lineage._culprits" not in loaded
+
+
 @pytest.mark.parametrize(
     ("package", "forbidden"),
     [
