@@ -133,7 +133,7 @@ def disk_bytes(repo_dir: str) -> tuple[int, int]:
 # -- tracing (a fresh process: cold caches, its own peak RSS) ---------------------------------
 
 
-def trace_child(repo_dir: str, run: str, picks: int) -> dict:
+def trace_child(repo_dir: str, run: str, picks: int, hot: bool = True) -> dict:
     from repository import ProvenanceRepository
 
     repo = ProvenanceRepository.open(repo_dir, read_only=True)
@@ -161,7 +161,7 @@ def trace_child(repo_dir: str, run: str, picks: int) -> dict:
     values = [v[1] if isinstance(v, tuple) else 0 for v in ix.record_data(run, outs)]
     order = np.argsort(np.asarray(values), kind="stable")
     rare = outs[order[:picks]]
-    hot = outs[order[-1]]
+    hot_id = outs[order[-1]]
 
     back, back_sizes = [], []
     for rid in rare.tolist():
@@ -171,9 +171,11 @@ def trace_child(repo_dir: str, run: str, picks: int) -> dict:
         back.append(clock() - t)
         back_sizes.append(len(data))
 
-    t = clock()
-    hot_ids, _ = ix.trace(run, np.array([hot]))
-    t_hot = clock() - t
+    n_hot, t_hot = 0, float("nan")
+    if hot:
+        t = clock()
+        n_hot = len(ix.trace(run, np.array([hot_id]))[0])
+        t_hot = clock() - t
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     return {
         "forward_p50_ms": 1e3 * percentile(fwd, 50),
@@ -182,16 +184,29 @@ def trace_child(repo_dir: str, run: str, picks: int) -> dict:
         "back_p50_ms": 1e3 * percentile(back, 50),
         "back_p99_ms": 1e3 * percentile(back, 99),
         "back_answer": int(np.median(back_sizes)),
-        "hot_records": len(hot_ids),
-        "hot_records_per_s": len(hot_ids) / t_hot,
+        "hot_id": int(hot_id),
+        "hot_records": n_hot,
+        "hot_records_per_s": n_hot / t_hot,
         "rss": rss,
         "lines": n_lines,
     }
 
 
-def run_trace_child(repo_dir: str, run: str, picks: int) -> dict:
+def spark_hot(spark, repo_dir: str, run: str, hot_id: int) -> float:
+    """The hot key's backward trace as Spark jobs (ids counted on the executors): records/s."""
+    from agent import LineageRDD
+    from repository import ProvenanceRepository
+
+    with ProvenanceRepository.open(repo_dir, read_only=True) as repo:
+        lin = LineageRDD(repo, run, np.array([hot_id]), sc=spark.sparkContext)
+        t = time.perf_counter()
+        n = lin.go_back_all(spark=True).count()
+        return n / (time.perf_counter() - t)
+
+
+def run_trace_child(repo_dir: str, run: str, picks: int, hot: bool) -> dict:
     out = subprocess.run(
-        [sys.executable, HERE, "--trace-child", repo_dir, run, str(picks)],
+        [sys.executable, HERE, "--trace-child", repo_dir, run, str(picks), str(int(hot))],
         capture_output=True,
         text=True,
         check=False,
@@ -208,6 +223,7 @@ COLUMNS = (
     ("fwd p50/p99 ms", "{forward_p50_ms:.1f} / {forward_p99_ms:.1f}"),
     ("back rare +data p50/p99 ms", "{back_p50_ms:.1f} / {back_p99_ms:.1f} ({back_answer:,} rec)"),
     ("hot-key ids M rec/s", "{hot_mrps:.2f} ({hot_records:,} rec)"),
+    ("on Spark", "{spark_mrps}"),
     ("trace RSS MB", "{rss_mb:,.0f}"),
     ("lineage / input", "{lineage_pct:.1f} %"),
     ("fwd index / input", "{fwd_pct:.1f} %"),
@@ -233,11 +249,22 @@ def main() -> None:
     ap.add_argument("--picks", type=int, default=20, help="traces per latency figure")
     ap.add_argument("--data", default=None, help="where generated inputs are kept")
     ap.add_argument("--keep", action="store_true", help="keep the repositories")
-    ap.add_argument("--trace-child", nargs=3, help=argparse.SUPPRESS)
+    ap.add_argument(
+        "--spark",
+        action="store_true",
+        help="also trace the hot key as Spark jobs (what the spark_threshold is chosen from)",
+    )
+    ap.add_argument(
+        "--deferred-hot-mb",
+        type=float,
+        default=50,
+        help="deferred: trace the hot key up to this input size only (it re-runs every line)",
+    )
+    ap.add_argument("--trace-child", nargs=4, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.trace_child:
-        repo_dir, run, picks = args.trace_child
-        print(json.dumps(trace_child(repo_dir, run, int(picks))))
+        repo_dir, run, picks, hot = args.trace_child
+        print(json.dumps(trace_child(repo_dir, run, int(picks), hot == "1")))
         return
     if args.picks < 5:
         ap.error("--picks must be at least 5 (p99 of fewer is meaningless)")
@@ -260,12 +287,22 @@ def main() -> None:
                     repo_dir = os.path.join(work, f"{workload}-{narrow}-{mb:g}")
                     load = os.getloadavg()[0]
                     cap = capture(spark, workload, inputs, repo_dir, narrow)
-                    tr = run_trace_child(repo_dir, cap["run"], args.picks)
+                    hot = narrow == "eager" or mb <= args.deferred_hot_mb
+                    tr = run_trace_child(repo_dir, cap["run"], args.picks, hot)
+                    if args.spark and hot:
+                        tr["spark_hot_records_per_s"] = spark_hot(
+                            spark, repo_dir, cap["run"], tr["hot_id"]
+                        )
                     lineage, fwd = disk_bytes(repo_dir)
                     row = {
                         "mb": mb,
                         **tr,
                         "hot_mrps": tr["hot_records_per_s"] / 1e6,
+                        "spark_mrps": (
+                            f"{tr['spark_hot_records_per_s'] / 1e6:.2f}"
+                            if "spark_hot_records_per_s" in tr
+                            else "-"
+                        ),
                         "rss_mb": tr["rss"] / 2**20,
                         "lineage_pct": 100 * lineage / in_bytes,
                         "fwd_pct": 100 * fwd / in_bytes,

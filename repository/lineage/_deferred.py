@@ -38,6 +38,9 @@ if TYPE_CHECKING:
     from ._index import BatchLoc, CapturePointInfo, LineageIndex
 
 
+PAGE = 16_384  # input records whose raw data and emitted keys are held at once
+
+
 class DeferredError(RepositoryError):
     """Deferred lineage could not be re-derived (its chain cannot be loaded, or re-running it
     no longer reproduces the capture run)."""
@@ -104,21 +107,24 @@ class DeferredResolver:
                 wanted.add(key)
                 first = (parents - in_base) * g
                 spans.append((first[:, None] + np.arange(g)).ravel())
-        lines: dict = {}
+        lines: dict[Any, list[int]] = {k: [] for k in wanted}
         if spans:
             pos = unique_ids(np.concatenate(spans))
             pos = pos[pos < n_in]
-            for p, keys in zip(pos.tolist(), self._emitted(run, cp, part, in_base + pos)):
-                for k in keys:
-                    if k in wanted:
-                        lines.setdefault(k, set()).add(p)
+            for a in range(0, len(pos), PAGE):  # a page of inputs' data at a time
+                page = pos[a : a + PAGE]
+                for p, keys in zip(page.tolist(), self._emitted(run, cp, part, in_base + page)):
+                    for k in set(keys) & wanted if len(keys) > 1 else keys:
+                        found = lines.get(k)
+                        if found is not None:
+                            found.append(p)
         out = []
         for value, parents in stored:
             key, g = _key_group(value)
             if g <= 1:
                 out.append(np.asarray(parents, dtype=np.int64))
-            else:
-                out.append(in_base + np.array(sorted(lines.get(key, ())), dtype=np.int64))
+            else:  # positions were visited ascending, each once per key
+                out.append(in_base + np.array(lines[key], dtype=np.int64))
         return out
 
     # -- forward ---------------------------------------------------------------------------------
@@ -135,8 +141,10 @@ class DeferredResolver:
             keymap = self._keymap(run, cp, int(part))
             if not keymap:
                 continue
-            emitted = self._emitted(run, cp, int(part), mine)
-            keys = {k for ks in emitted for k in ks}
+            keys: set = set()
+            for a in range(0, len(mine), PAGE):
+                for ks in self._emitted(run, cp, int(part), mine[a : a + PAGE]):
+                    keys.update(ks)
             found.extend(keymap[k] for k in keys if k in keymap)
         return np.array(sorted(set(found)), dtype=np.int64) if found else EMPTY
 
