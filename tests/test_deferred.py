@@ -203,14 +203,14 @@ def test_verify_catches_a_forward_index_that_wrongly_skips_a_batch(tmp_path):
         (reader,) = repo.logs()
         victim = next(b for b in reader.toc.batches if b.component_id.endswith(".combine"))
         # Rebuild the file as if that (eager) batch were deferred.
-        from repository.lineage._forward_store import batch_parents
+        from repository.lineage._forward_store import batch_columns
 
         builder = _forward.ForwardBuilder(repo.layout.logs, reader.first_id, 4096, 1)
-        for ref, counts, parents, _deferred in batch_parents(reader):
-            if ref.first_event_id == victim.first_event_id:
-                builder.skip_deferred(ref.first_event_id)
-            else:
-                builder.add_pairs(ref.first_event_id, counts, parents)
+        for c in batch_columns(reader):
+            if c.ref.first_event_id == victim.first_event_id:
+                builder.skip_deferred(c.ref.first_event_id)
+            elif c.ref.associations:
+                builder.add_pairs(c.ref.first_event_id, c.counts, c.parents)
         builder.commit(reader.toc)
     rep = ProvenanceRepository.open(root, read_only=True).verify()
     assert any("as deferred; it is not" in p for p in rep.problems), rep.problems

@@ -291,3 +291,45 @@ def test_full_disk_for_the_forward_index_never_fails_a_rollover(tmp_path, monkey
     with ProvenanceRepository.open(root, CONFIG, start_threads=False) as repo:
         assert len(repo._forward.rebuilt) == 1  # space is back: the owner rebuilds it
         check_exact(repo, graph, samples=10)
+
+
+def test_text_lines_are_re_read_through_sampled_offsets(tmp_path, monkeypatch):
+    """A traced line is read from its sampled group's bytes: the same text as by its own
+    offsets, whatever the line endings (\\r\\n, none at the end, empty lines, UTF-8)."""
+
+    from journals import EventType, LineageBatch, Location, record_id_base
+
+    monkeypatch.setattr(_forward, "LINE_STRIDE", 4)
+    lines = [f"line {i} é" for i in range(41)]
+    lines[5] = ""
+    raw = "".join(x + ("\r\n" if i % 3 else "\n") for i, x in enumerate(lines))[:-1]  # last: none
+    data = raw.encode()
+    path = tmp_path / "in.txt"
+    path.write_bytes(data)
+    ends = [i + 1 for i, b in enumerate(data) if b == ord("\n")] + [len(data)]
+    offsets = np.array([0, *ends])
+    base = record_id_base(1, 0)
+    batch = LineageBatch.build(
+        event_time_ns=1,
+        event_type=EventType.RECEIVE,
+        run_id=RUN,
+        component_id="textFile#0",
+        component_type="textFile",
+        partition=0,
+        attempt=0,
+        record_ids=range(base, base + len(lines)),
+        offsets=offsets,
+        location=Location("file://" + str(path)),
+    )
+    with ProvenanceRepository.open(tmp_path / "r", CONFIG, start_threads=False) as repo:
+        repo.register_events(batch)
+        repo.rollover()
+        ix = repo.lineage
+        (ff,) = [repo._forward.file(r.first_id) for r in repo.logs()]
+        assert ff is not None and len(ff.lines) == 1  # the batch's offsets are sampled
+        ids = base + np.array([0, 3, 4, 5, 17, 39, 40])
+        assert ix.record_data(RUN, ids) == [lines[int(i - base)] for i in ids]
+        # ... and the same as read through the log's own offsets column
+        monkeypatch.setattr(ff, "lines", {})
+        ix2 = type(ix)(repo._store, None, repo._forward)
+        assert ix2.record_data(RUN, ids) == [lines[int(i - base)] for i in ids]

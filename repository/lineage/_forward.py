@@ -56,6 +56,7 @@ _HEAD = struct.Struct("<4sB3x")
 _FOOT = struct.Struct("<QI4s")
 SLICE_PAIRS = 32768  # pairs per slice: a point lookup decodes one slice (~0.3 ms)
 _QUEUE = 2  # batches waiting for the builder's thread (each holds its decoded parents)
+LINE_STRIDE = 32  # text lines per sampled offset: a traced line costs one read of ~32 lines
 
 
 class ForwardError(RepositoryError):
@@ -89,6 +90,16 @@ class FwdSection(msgspec.Struct, array_like=True, gc=False):
     hi: list[int]
 
 
+class LineSample(msgspec.Struct, array_like=True, gc=False):
+    """Every `stride`-th byte offset of a text source batch's lines, and the end of its last:
+    a traced line is re-read from its group's bytes without decoding the log's blocks."""
+
+    first_event_id: int
+    uri: str
+    stride: int
+    offsets: bytes  # int64 little-endian: offsets[0], offsets[stride], ..., offsets[n]
+
+
 class FwdDirectory(msgspec.Struct, gc=False):
     version: int
     log_first_id: int
@@ -102,6 +113,7 @@ class FwdDirectory(msgspec.Struct, gc=False):
     # Batches of deferred narrow lineage (coarse parents, re-derived at trace time): no
     # section; their forward hops re-run the chain instead.
     deferred: list[int] = []
+    lines: list[LineSample] = []
 
 
 _ENC = msgspec.msgpack.Encoder()
@@ -191,6 +203,7 @@ class ForwardBuilder:
         self._route_parents: list[np.ndarray] = []
         self._route_sections: list[np.ndarray] = []
         self._deferred: list[int] = []
+        self._lines: list[LineSample] = []
         self._queue: queue.Queue[tuple[int, np.ndarray, np.ndarray] | None] = queue.Queue(_QUEUE)
         self._error: BaseException | None = None
         self._thread: threading.Thread | None = None
@@ -199,6 +212,9 @@ class ForwardBuilder:
         """Queue a merged batch's section (built on the builder's thread)."""
         if self._error is not None:
             raise RepositoryError(f"forward index builder failed: {self._error}")
+        rid = batch.record_ids
+        if batch.offsets is not None and batch.location is not None and rid.codec == 0:
+            self.add_lines(first_event_id, batch.location.uri, batch.offsets.to_array())
         if not indexed(batch) or batch.parent_counts is None:
             return
         if is_deferred(batch.attributes):
@@ -228,6 +244,13 @@ class ForwardBuilder:
             self._queue.put(None)
             self._thread.join()
             self._thread = None
+
+    def add_lines(self, first_event_id: int, uri: str, offsets: np.ndarray) -> None:
+        """Sample a text source batch's line offsets (N+1 of them), every LINE_STRIDE-th."""
+        if len(offsets) < 2:
+            return
+        sample = np.append(offsets[:-1:LINE_STRIDE], offsets[-1]).astype("<i8")
+        self._lines.append(LineSample(first_event_id, uri, LINE_STRIDE, sample.tobytes()))
 
     def skip_deferred(self, first_event_id: int) -> None:
         """Note a batch of deferred lineage (no section: its parents are coarse)."""
@@ -325,6 +348,7 @@ class ForwardBuilder:
             route_lo,
             route_hi,
             sorted(self._deferred),
+            self._lines,
         )
         body = _ENC.encode(directory)
         self._write(body)
@@ -413,6 +437,10 @@ class ForwardFile:
         self.directory = d
         self.data_end = size - _FOOT.size - length
         self.sections = {s.first_event_id: k for k, s in enumerate(d.sections)}
+        self.lines = {
+            s.first_event_id: (s.uri, s.stride, np.frombuffer(s.offsets, dtype="<i8"))
+            for s in d.lines
+        }
         self.by_partition: dict[int, list[int]] = {}
         for k, s in enumerate(d.sections):
             if s.partition_key >= 0:

@@ -13,6 +13,7 @@ import logging
 import os
 import threading
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -151,11 +152,16 @@ class ForwardIndex:
         with self._lock:
             b = self.builder(reader.first_id)
             try:
-                for ref, counts, parents, deferred in batch_parents(reader):
-                    if deferred:
-                        b.skip_deferred(ref.first_event_id)
+                for c in batch_columns(reader):
+                    first = c.ref.first_event_id
+                    if c.offsets is not None and c.uri is not None:
+                        b.add_lines(first, c.uri, c.offsets)
+                    if not c.ref.associations:
+                        continue
+                    if c.deferred:
+                        b.skip_deferred(first)
                     else:
-                        b.add_pairs(ref.first_event_id, counts, parents)
+                        b.add_pairs(first, c.counts, c.parents)
                 b.commit(reader.toc)
             except BaseException:
                 b.discard()
@@ -198,17 +204,30 @@ class ForwardIndex:
         return n
 
 
-def batch_parents(
-    reader: LogReader,
-) -> Iterator[tuple[BatchRef, np.ndarray, np.ndarray, bool]]:
-    """(toc batch, CSR parent counts, parents, whether deferred) of every positional batch
-    of a log, read from its blocks in order (each block decoded once)."""
-    refs = sorted((b for b in reader.toc.batches if positional(b)), key=lambda b: b.first_event_id)
+@dataclass
+class BatchColumns:
+    """What the forward index is built from, for one positional batch of a log."""
+
+    ref: BatchRef
+    counts: np.ndarray  # CSR parent counts (zeros when records have no parents)
+    parents: np.ndarray
+    deferred: bool  # its parents are coarse (deferred narrow lineage)
+    offsets: np.ndarray | None  # a text source's N+1 line offsets
+    uri: str | None
+
+
+def batch_columns(reader: LogReader) -> Iterator[BatchColumns]:
+    """The columns of every positional batch of a log, read from its blocks in order (each
+    block decoded once)."""
+    refs = sorted(
+        (b for b in reader.toc.batches if b.record_step == 1), key=lambda b: b.first_event_id
+    )
     if not refs:
         return
     counts: list[np.ndarray] = []
     parents: list[np.ndarray] = []
-    k, got, deferred = 0, 0, False
+    offsets: list[np.ndarray] = []
+    k, got, deferred, uri = 0, 0, False, None
     start = reader.block_index(refs[0].first_event_id)
     for bi in range(start, len(reader.toc.block_offsets)):
         for e in reader.read_block(bi):
@@ -219,15 +238,30 @@ def batch_parents(
             ref = refs[k]
             if not isinstance(e, BatchSlice) or e.first_id < ref.first_event_id:
                 continue
-            c = e.batch.parent_counts
-            p = e.batch.parent_array()
-            deferred = is_deferred(e.batch.attributes)
-            counts.append(c.to_array() if c is not None else np.zeros(e.count, np.int64))
+            b = e.batch
+            p = b.parent_array()
+            deferred = is_deferred(b.attributes)
+            counts.append(
+                b.parent_counts.to_array()
+                if b.parent_counts is not None
+                else np.zeros(e.count, np.int64)
+            )
             parents.append(p if p is not None else np.zeros(0, np.int64))
+            if b.offsets is not None and b.location is not None:
+                offs = b.offsets.to_array()
+                offsets.append(offs if not offsets else offs[1:])  # slices share their ends
+                uri = b.location.uri
             got += e.count
             if got == ref.count:
-                yield ref, np.concatenate(counts), np.concatenate(parents), deferred
-                counts, parents, got = [], [], 0
+                yield BatchColumns(
+                    ref,
+                    np.concatenate(counts),
+                    np.concatenate(parents),
+                    deferred,
+                    np.concatenate(offsets) if offsets else None,
+                    uri,
+                )
+                counts, parents, offsets, got, uri = [], [], [], 0, None
                 k += 1
     if k < len(refs):
         raise RuntimeError(f"{reader.path}: batch at event {refs[k].first_event_id} is incomplete")
@@ -315,6 +349,12 @@ def _verify_file(path: str, toc: Toc) -> list[str]:
                     f"{path}: batch at event {first} has {n} associations, "
                     f"its forward section {have.get(first, 'none')}"
                 )
+        counts = {b.first_event_id: b.count for b in toc.batches if b.record_step == 1}
+        for first, (_uri, stride, offs) in ff.lines.items():
+            size = counts.get(first)
+            ok = size is not None and stride > 0 and len(offs) == (size + stride - 1) // stride + 1
+            if not ok or (len(offs) > 1 and bool((offs[1:] < offs[:-1]).any())):
+                problems.append(f"{path}: line offsets of the batch at event {first} do not fit it")
         for k, s in enumerate(ff.directory.sections):
             if s.first_event_id not in want:
                 problems.append(f"{path}: section for event {s.first_event_id}, no such batch")

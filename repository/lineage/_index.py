@@ -34,7 +34,7 @@ from journals import (
     unpack_record_ids,
 )
 
-from .._blocks import BatchSlice
+from .._blocks import BatchSlice, entry_for
 from .._errors import NotFound
 from .._layout import Layout
 from .._store import LogStore
@@ -43,7 +43,7 @@ from ._cache import ByteLRU
 from ._deferred import DeferredError, DeferredResolver
 from ._forward import ForwardError
 from ._forward_store import ForwardIndex
-from ._raw import read_ranges
+from ._raw import read_in_groups, read_ranges
 from ._sets import (
     EMPTY,
     POSITION_BITS,
@@ -58,6 +58,7 @@ from ._sets import (
 PARTITION_BITS = MAX_PARTITION.bit_length()
 
 RUN_COMPONENT_TYPE = "lineage-run"  # the run descriptor's batches
+_FEW_ROWS = 4  # records of one batch up to which a hop decodes just their rows
 _CACHE_BYTES = 256 * 1024 * 1024
 
 
@@ -442,6 +443,11 @@ class LineageIndex:
             d = self._dirs.get(run, {})
             return sum(loc.count for (c, _p), locs in d.items() if c == cp for loc in locs)
 
+    def _line_sample(self, loc: BatchLoc) -> tuple[str, int, np.ndarray] | None:
+        """A text source batch's sampled line offsets (from its log's forward index)."""
+        ff = self._forward.file(loc.log_first)
+        return None if ff is None else ff.lines.get(loc.first_event_id)
+
     def count_partition(self, run: str, cp: int, part: int) -> int:
         """How many records are stored at (capture point, partition)."""
         self.refresh()
@@ -496,6 +502,10 @@ class LineageIndex:
                 out.extend(self._deferred.rows(run, info, loc.partition, loc, positions))
                 continue
             evs = loc.first_event_id + positions - loc.pos_start
+            few = self._few_rows(run, evs) if len(evs) <= _FEW_ROWS else None
+            if few is not None:
+                out.extend(few)
+                continue
             for sl, local in self._slices_for(loc, evs):
                 if sl.parents is not None:
                     out.append(_rows(_exact(sl, run), local))
@@ -772,6 +782,32 @@ class LineageIndex:
                 if j > i:
                     yield sl, in_block[i:j] - sl.first_id
 
+    def _few_rows(self, run: str, evs: np.ndarray) -> list[np.ndarray] | None:
+        """The stored parents of a few records (event ids) whose blocks are not decoded yet,
+        decoding only their rows (a rare key's record in a large slice: its row, not the
+        slice). None when a block is already decoded (then that is cheaper)."""
+        reader = self._store.reader_for(int(evs[0]))
+        if reader is None:
+            return None
+        rows = []
+        for ev in evs.tolist():
+            bi = reader.block_index(ev)
+            if self._cache.get((reader.first_id, bi)) is not None:
+                return None
+            try:
+                entry = entry_for(self._store.block(reader, bi), ev)
+            except FileNotFoundError:
+                return []
+            if not isinstance(entry, BatchSlice):
+                return None
+            b = entry.batch
+            if b.attributes.get("narrow") == "deferred":
+                raise _no_descriptor(run)
+            if b.parent_ids is None or b.parent_counts is None:
+                continue
+            rows.append(b.parent_ids.row(b.parent_counts.to_array(), ev - entry.first_id))
+        return rows
+
     def _block_slices(self, reader, bi: int) -> list[_Slice]:
         """Decoded lineage slices of one block, through the byte-bounded cache."""
         key = (reader.first_id, bi)
@@ -812,7 +848,12 @@ class LineageIndex:
         out: dict[int, object] = {}
         reads: dict[str, list[tuple[int, int, int]]] = {}  # uri -> (offset, length, record)
         deferred = self._deferred_cps(run) if unwrap else {}
+        grouped: dict[str, list[tuple[np.ndarray, ...]]] = {}
         for base, loc, positions in self._group(run, unique_ids(ids)):
+            sample = self._line_sample(loc)
+            if sample is not None:  # text lines: one read per sampled group, no block decode
+                grouped.setdefault(sample[0], []).append(_line_groups(base, loc, positions, sample))
+                continue
             evs = loc.first_event_id + positions - loc.pos_start
             for sl, local in self._slices_for(loc, evs):
                 first = base + loc.pos_start + (sl.first_id - loc.first_event_id)
@@ -828,6 +869,9 @@ class LineageIndex:
                     for li in local.tolist():
                         start, end = int(sl.offsets[li]), int(sl.offsets[li + 1])
                         todo.append((start, end - start, first + li))
+        for uri, parts in grouped.items():  # one map of each file, one slice per line
+            starts, ends, which, rids = (np.concatenate(c).tolist() for c in zip(*parts))
+            out.update(zip(rids, read_in_groups(uri, starts, ends, which)))
         for uri, todo in reads.items():  # one open per file, reads in offset order
             for rid, text in zip((t[2] for t in sorted(todo)), read_ranges(uri, sorted(todo))):
                 out[rid] = text
@@ -840,6 +884,17 @@ def _value(values: bytes, voffs: np.ndarray, li: int) -> Any:
         return pickle.loads(raw)
     except Exception:  # a value that cannot be rebuilt here is shown as its bytes
         return raw
+
+
+def _line_groups(
+    base: int, loc: BatchLoc, positions: np.ndarray, sample: tuple[str, int, np.ndarray]
+) -> tuple[np.ndarray, ...]:
+    """For the records at `positions` of a text source batch: the byte range of the sampled
+    group of lines holding each, its line in that group, and its record id."""
+    _uri, stride, offs = sample
+    local = positions - loc.pos_start
+    groups = local // stride
+    return offs[groups], offs[groups + 1], local - groups * stride, base + positions
 
 
 def _exact(sl: _Slice, run: str) -> _Slice:

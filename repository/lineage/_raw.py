@@ -31,6 +31,31 @@ def read_ranges(uri: str, spans: Sequence[tuple[int, ...]]) -> list[str | None]:
         return [None] * len(spans)
 
 
+def read_in_groups(
+    uri: str, starts: Sequence[int], ends: Sequence[int], which: Sequence[int]
+) -> list[str | None]:
+    """Line `which[k]` of the group of consecutive lines at bytes [starts[k], ends[k]) for
+    each k, decoded and without its terminator as `read_ranges` gives it; None where the file
+    no longer holds it (changed since it was read) or cannot be read."""
+    path = urlparse(uri).path if uri.startswith("file://") else uri
+    out: list[str | None] = []
+    try:
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            if not size:
+                return [None] * len(starts)
+            with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+                for s, e, j in zip(starts, ends, which):
+                    pieces = mm[s:e].split(b"\n", j + 1)
+                    if e > size or len(pieces) <= j:
+                        out.append(None)
+                    else:
+                        out.append(pieces[j].rstrip(b"\r\n").decode("utf-8", "replace"))
+    except (OSError, ValueError):
+        return [None] * len(starts)
+    return out
+
+
 def read_range(uri: str, offset: int, length: int) -> str | None:
     """The bytes of one record in a local/shared file, decoded, without its line terminator."""
     return read_ranges(uri, [(offset, length)])[0]
