@@ -176,7 +176,7 @@ def trace_child(repo_dir: str, run: str, picks: int, hot: bool = True) -> dict:
         t = clock()
         n_hot = len(ix.trace(run, np.array([hot_id]))[0])
         t_hot = clock() - t
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    rss = peak_rss()
     return {
         "forward_p50_ms": 1e3 * percentile(fwd, 50),
         "forward_p99_ms": 1e3 * percentile(fwd, 99),
@@ -202,6 +202,19 @@ def spark_hot(spark, repo_dir: str, run: str, hot_id: int) -> float:
         t = time.perf_counter()
         n = lin.go_back_all(spark=True).count()
         return n / (time.perf_counter() - t)
+
+
+def peak_rss() -> int:
+    """This process's peak resident set, bytes. /proc's VmHWM (Linux) is this program's own:
+    getrusage's ru_maxrss also counts the parent's RSS at fork (kept across exec)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
 def run_trace_child(repo_dir: str, run: str, picks: int, hot: bool) -> dict:
