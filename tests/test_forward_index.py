@@ -333,3 +333,31 @@ def test_text_lines_are_re_read_through_sampled_offsets(tmp_path, monkeypatch):
         monkeypatch.setattr(ff, "lines", {})
         ix2 = type(ix)(repo._store, None, repo._forward)
         assert ix2.record_data(RUN, ids) == [lines[int(i - base)] for i in ids]
+
+
+def test_without_a_forward_index_forward_hops_scan(tmp_path):
+    graph = Graph(14, hot=1)
+    root = tmp_path / "repo"
+    config = RepositoryConfig(sync="none", rollover_interval=3600, forward_index=False)
+    store(root, graph, logs=2, config=config)
+    assert not [n for n in os.listdir(root / "logs") if n.endswith(".fwd")]
+    with ProvenanceRepository.open(root, read_only=True) as repo:
+        check_exact(repo, graph, samples=10)
+        assert repo.verify().ok
+    with ProvenanceRepository.open(root, config, start_threads=False) as repo:
+        assert repo._forward.rebuilt == []  # off: nothing built at open either
+
+
+@pytest.mark.parametrize("span", [50, 70_000, 5_000_000, 1 << 40])
+def test_invert_orders_pairs_by_parent_then_child(span):
+    """The transposition behind every section, on the ranges its code paths take: one radix
+    pass, two (more than 2**16 positions), sparse parents, ids spanning partitions."""
+    rng = np.random.default_rng(span % 1000)
+    counts = rng.integers(0, 30, 2000)
+    rows = [np.sort(rng.choice(span, min(c, span), replace=False)) for c in counts]
+    counts = np.array([len(r) for r in rows])
+    parents = 7 + np.concatenate(rows).astype(np.int64)
+    child = np.repeat(np.arange(len(counts)), counts)
+    order = np.lexsort((child, parents))
+    p, c = _forward.invert(counts, parents)
+    assert np.array_equal(p, parents[order]) and np.array_equal(c, child[order])

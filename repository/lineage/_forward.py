@@ -54,7 +54,7 @@ FWD_MAGIC = b"PRVF"
 FWD_VERSION = 1
 _HEAD = struct.Struct("<4sB3x")
 _FOOT = struct.Struct("<QI4s")
-SLICE_PAIRS = 32768  # pairs per slice: a point lookup decodes one slice (~0.3 ms)
+SLICE_PAIRS = 65536  # pairs per slice: a point lookup decodes one slice (~0.5 ms)
 _QUEUE = 2  # batches waiting for the builder's thread (each holds its decoded parents)
 LINE_STRIDE = 32  # text lines per sampled offset: a traced line costs one read of ~32 lines
 
@@ -146,7 +146,7 @@ def is_deferred(attributes: dict[str, str]) -> bool:
 
 def invert(counts: np.ndarray, parents: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The CSR pairs (child i has parents[starts[i]:starts[i+1]]) as (parent, child index)
-    sorted by parent, then child. One in-place sort of packed keys when the ids allow it."""
+    sorted by parent, then child (a stable order of the pairs by parent)."""
     n, m = len(counts), len(parents)
     if m == 0:
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
@@ -155,15 +155,18 @@ def invert(counts: np.ndarray, parents: np.ndarray) -> tuple[np.ndarray, np.ndar
         return parents, child  # already in order (an action's outputs, a sort's reads)
     lo = int(parents.min())
     span = int(parents.max()) - lo
-    cbits = max(1, (n - 1).bit_length())
-    if span < 1 << (62 - cbits):
-        key = parents - lo
-        key <<= cbits
-        key |= child
-        # Each CSR row is already sorted by parent: a natural run, which timsort merges
-        # (measured ~30 ns a pair against ~50 for numpy's default sort).
-        key.sort(kind="stable")
-        return (key >> cbits) + lo, key & ((1 << cbits) - 1)
+    if span < 1 << 32:
+        # Two stable 16-bit radix passes (numpy's radix sort) over parents relative to the
+        # smallest: a narrow batch's parents are one partition's positions. Measured ~20 ns
+        # a pair against ~30 for timsort of packed keys and ~50 for the default sort.
+        rel = parents - lo
+        order = np.argsort((rel & 0xFFFF).astype(np.uint16), kind="stable")
+        if span >= 1 << 16:
+            order = order[np.argsort((rel[order] >> 16).astype(np.uint16), kind="stable")]
+        if span < 4 * m:  # dense: the sorted parents are each parent repeated, no gather
+            ranks = np.arange(lo, lo + span + 1, dtype=np.int64)
+            return np.repeat(ranks, np.bincount(rel, minlength=span + 1)), child[order]
+        return parents[order], child[order]
     order = np.argsort(parents, kind="stable")  # child indexes ascend within equal parents
     return parents[order], child[order]
 
