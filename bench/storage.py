@@ -375,10 +375,15 @@ def raw_write_tasks(directory: str, tasks: list[TaskLineage]) -> tuple[float, fl
 # -- helpers -----------------------------------------------------------------------------------
 
 
-def open_repo(path: str, level: int) -> ProvenanceRepository:
+def open_repo(path: str, level: int, forward_index: bool = True) -> ProvenanceRepository:
     """A repository with its threads (indexing runs on its own thread, as in production) but
     no timed or sealed-journal-triggered rollover: the benchmark calls rollover() itself."""
-    config = RepositoryConfig(zstd_level=level, rollover_interval="1h", rollover_debounce="1h")
+    config = RepositoryConfig(
+        zstd_level=level,
+        rollover_interval="1h",
+        rollover_debounce="1h",
+        forward_index=forward_index,
+    )
     return ProvenanceRepository.open(path, config)
 
 
@@ -571,11 +576,14 @@ def bench_lineage(root: str, z: ZipfText, text: bytes, parts: int, runs: int, le
     )
     uri = "file:///data/zipf.txt"
     repo = open_repo(os.path.join(root, "lineage"), level)
+    # The same rollover without the forward lineage index, interleaved: what the index costs.
+    repo_off = open_repo(os.path.join(root, "lineage-nofwd"), level, forward_index=False)
     spec = repo.writer_spec()
     rawdir = os.path.join(root, "raw")
     os.makedirs(rawdir, exist_ok=True)
     t_rawapp, t_raw, t_app, t_ing, t_zstd, t_roll, t_dec, t_exp = ([] for _ in range(8))
-    lat, blat, disk = [], [], []
+    t_roll_off: list[float] = []
+    lat, blat, disk, fwd_disk = [], [], [], []
     clock = time.perf_counter
     t0 = time.time_ns()
     sample = None
@@ -595,6 +603,12 @@ def bench_lineage(root: str, z: ZipfText, text: bytes, parts: int, runs: int, le
                 with open(w.sealed_path, "rb") as f:
                     journals += f.read()
             t_zstd.append(timed(lambda j=journals: zstd_chunks(j, level))[0])
+            for w in [journal_task(repo_off.writer_spec(), task, uri, t0) for task in tasks]:
+                w.seal()
+            t = clock()
+            assert repo_off.rollover() == records
+            t_roll_off.append(clock() - t)
+            repo_off.wait_for_index()
             first = repo.max_event_id + 1
             t = clock()
             merged = repo.rollover()
@@ -602,6 +616,7 @@ def bench_lineage(root: str, z: ZipfText, text: bytes, parts: int, runs: int, le
             repo.wait_for_index()  # not timed: keeps the index thread out of what follows
             assert merged == records, (merged, records)
             disk.append(log_bytes(repo, {first}))
+            fwd_disk.append(os.path.getsize(os.path.join(repo.layout.logs, f"{first}.fwd")))
             if sample is None:  # every 8th record: the mix of the whole log, not its start
                 sample = [
                     msgspec.msgpack.encode(e)
@@ -619,6 +634,7 @@ def bench_lineage(root: str, z: ZipfText, text: bytes, parts: int, runs: int, le
             blat += b
     finally:
         repo.close()
+        repo_off.close()
     rawapp = rate(records, t_rawapp)
     report("primitive: raw int64 write (buffered)", rawapp / 1e6, "M rec/s")
     app = rate(records, t_app)
@@ -642,13 +658,21 @@ def bench_lineage(root: str, z: ZipfText, text: bytes, parts: int, runs: int, le
     )
     zs = rate(records, t_zstd)
     report(f"primitive: zstd-{level} of the journal bytes", zs / 1e6, "M rec/s")
+    roll_off = rate(records, t_roll_off)
+    report(
+        "rollover without the forward index",
+        roll_off / 1e6,
+        "M rec/s",
+        "",
+        ratio(roll_off, zs, "of zstd"),
+    )
     roll = rate(records, t_roll)
     report(
-        "rollover (merge, compact, compress, toc)",
+        "rollover (merge, compact, compress, toc, fwd)",
         roll / 1e6,
         "M rec/s",
         "goal >= 1.0 M/s",
-        ratio(roll, zs, "of zstd"),
+        ratio(roll, roll_off, "of it without forward index"),
     )
     dec = rate(records, t_dec)
     report("primitive: typed decode of same as events", dec / 1e6, "M ev/s")
@@ -668,6 +692,14 @@ def bench_lineage(root: str, z: ZipfText, text: bytes, parts: int, runs: int, le
         "%",
         "goal <= 15 %",
         f"{size * 8 / max(assocs, 1):.2f} bits/assoc",
+    )
+    fwd = median(fwd_disk)
+    report(
+        "forward index (derived) / text bytes",
+        100 * fwd / z.text_bytes,
+        "%",
+        "",
+        f"{fwd * 8 / max(assocs, 1):.2f} bits/assoc",
     )
     return int(size)
 

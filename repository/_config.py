@@ -80,6 +80,8 @@ class RepositoryConfig:
     index_shard_size: bytes after which a new index shard starts.
     lineage_cache_size: bytes of decoded lineage (backward slices, forward index blocks) a
         process keeps cached for traces; the bound holds whatever the repository's size.
+    forward_index: build a forward lineage index beside each log (default). Off, rollover
+        does less work and forward hops scan the child capture point's batches instead.
     """
 
     # Not "journals": a directory of that name beside a script would shadow the package.
@@ -96,6 +98,7 @@ class RepositoryConfig:
     index_shard_size: int = 512 * 1024 * 1024
     compression_threads: int = 2
     lineage_cache_size: int = 256 * 1024 * 1024
+    forward_index: bool = True
     extra: dict = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -145,6 +148,8 @@ class RepositoryConfig:
             raise ConfigError("index_shard_size: must be at least 1MiB")
         self._int_range("compression_threads", 1, 64)
         setf("lineage_cache_size", parse_size(self.lineage_cache_size, "lineage_cache_size"))
+        if not isinstance(self.forward_index, bool):
+            raise ConfigError(f"forward_index: must be true or false, got {self.forward_index!r}")
 
     def _int_range(self, name: str, lo: int, hi: int) -> None:
         v = getattr(self, name)

@@ -82,6 +82,7 @@ class ProvenanceRepository:
         self._forward = ForwardIndex(
             self._store,
             self.layout,
+            enabled=config.forward_index,
             writable=not read_only,
             block_size=config.block_size,
             level=config.zstd_level,
@@ -157,7 +158,8 @@ class ProvenanceRepository:
         self.recovery = recover(self.layout, self.containers, self._store)
         self._ids.load(self._store.next_id)
         self._rollover.load(self._store.tocs())
-        self._rollover.add_derived(self._forward.builder)
+        if self.config.forward_index:
+            self._rollover.add_derived(self._forward.builder)
         if sealed_journals(self.containers):
             self.rollover()  # redo an interrupted rollover before anyone reads
         # Forward lineage indexes: rebuild what a crash or damage left missing or bad.
@@ -376,7 +378,8 @@ class ProvenanceRepository:
         forward lineage indexes; returns the events indexed."""
         self._check_writable()
         n = self._index.reindex(progress=progress)
-        self._forward.rebuild_all()
+        if self.config.forward_index:
+            self._forward.rebuild_all()
         return n
 
     def age_off(
@@ -399,7 +402,7 @@ class ProvenanceRepository:
         """Check every frame, block and table of contents, and every forward lineage index;
         report problems, change nothing."""
         report = verify(self.layout, self.containers)
-        problems, files = verify_forward(self.layout)
+        problems, files = verify_forward(self.layout, expected=self.config.forward_index)
         return dataclasses.replace(report, problems=report.problems + problems, forward_files=files)
 
     def stats(self) -> RepositoryStats:

@@ -50,6 +50,7 @@ class ForwardIndex:
         store: LogStore,
         layout: Layout,
         *,
+        enabled: bool = True,
         writable: bool,
         block_size: int = 64 * 1024,
         level: int = 3,
@@ -57,6 +58,7 @@ class ForwardIndex:
     ) -> None:
         self.store = store
         self.layout = layout
+        self.enabled = enabled  # off: no forward files are used (hops scan the batches)
         self.writable = writable
         self.block_size = block_size
         self.level = level
@@ -75,6 +77,8 @@ class ForwardIndex:
     def file(self, log_first: int) -> ForwardFile | None:
         """The usable forward file of a log (rebuilt first if needed and allowed); None when
         it cannot be used (the caller scans the log's batches instead)."""
+        if not self.enabled:
+            return None
         with self._lock:
             if log_first in self._files:
                 return self._files[log_first]
@@ -174,6 +178,8 @@ class ForwardIndex:
     def check_all(self) -> list[int]:
         """Owner, at open: open every log's forward file, rebuilding what is missing or bad;
         delete forward files whose log is gone. Returns the logs rebuilt."""
+        if not self.enabled:
+            return []
         before = len(self.rebuilt)
         live = {r.first_id for r in self.store.readers()}
         for name in listdir(self.layout.logs):
@@ -267,9 +273,10 @@ def batch_columns(reader: LogReader) -> Iterator[BatchColumns]:
         raise RuntimeError(f"{reader.path}: batch at event {refs[k].first_event_id} is incomplete")
 
 
-def verify_forward(layout: Layout) -> tuple[list[str], int]:
-    """Check every log's forward file: present, names its log, every block intact, one section
-    per positional batch holding all its pairs. Returns (problems, files checked)."""
+def verify_forward(layout: Layout, expected: bool = True) -> tuple[list[str], int]:
+    """Check every log's forward file: present (when `expected`: the repository builds them),
+    names its log, every block intact, one section per positional batch holding all its
+    pairs. Returns (problems, files checked)."""
     problems: list[str] = []
     checked = 0
     names = set(listdir(layout.logs))
@@ -291,7 +298,10 @@ def verify_forward(layout: Layout) -> tuple[list[str], int]:
             continue  # the log's own check reports it
         path = forward_path(layout.logs, int(stem))
         if f"{stem}{FWD_SUFFIX}" not in names:
-            problems.append(f"{path}: missing (the owner rebuilds it at open; or provrepo reindex)")
+            if expected:
+                problems.append(
+                    f"{path}: missing (the owner rebuilds it at open; or provrepo reindex)"
+                )
             continue
         checked += 1
         problems.extend(_verify_file(path, toc))

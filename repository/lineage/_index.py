@@ -35,6 +35,7 @@ from journals import (
 )
 
 from .._blocks import BatchSlice, entry_for
+from .._config import RepositoryConfig
 from .._errors import NotFound
 from .._layout import Layout
 from .._store import LogStore
@@ -944,8 +945,11 @@ def open_index(path: str, cache_bytes: int = _CACHE_BYTES) -> LineageIndex:
     the facade (no lock, no threads, no search index): what a Spark worker tracing its part
     of a distributed trace opens. It sees the logs committed when it was opened or refreshed.
     The repository directory must be readable where this runs."""
-    store = LogStore(Layout(os.path.abspath(path)))
+    layout = Layout(os.path.abspath(path))
+    store = LogStore(layout)
     store.scan()
-    forward = ForwardIndex(store, store.layout, writable=False)
+    config = RepositoryConfig.load(layout.config) if os.path.exists(layout.config) else None
+    enabled = config.forward_index if config is not None else True
+    forward = ForwardIndex(store, layout, enabled=enabled, writable=False)
     # Each lookup first picks up logs committed (or aged off) since: a worker process lives on.
     return LineageIndex(store, store.scan, forward, cache_bytes)
