@@ -15,6 +15,7 @@ from ._ids import (
     unpack_record_id,
     unpack_record_ids,
 )
+from ._lazy import lazy_exports
 from ._loop import BackgroundLoop
 from ._model import EventType, LineageBatch, Location, ProvenanceEvent
 from ._reader import JournalProblem, JournalReader
@@ -54,6 +55,7 @@ __all__ = [
     "fsync_dir",
     "gc_paused",
     "host_tag",
+    "lazy_exports",
     "listdir",
     "pack_record_id",
     "record_id_base",
