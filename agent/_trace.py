@@ -218,9 +218,9 @@ class LineageRDD:
             return [v for _rid, v in sorted(r.data().collect(), key=lambda t: t[0])]
         return list(self.toLocalIterator())
 
-    def toLocalIterator(self, page: int = PAGE) -> Iterator[Any]:
-        """The raw records one at a time, read `page` records at a time."""
-        for _ids, data in self._index.iter_data(self.run_id, self.record_ids, page):
+    def toLocalIterator(self, page: int | None = None) -> Iterator[Any]:
+        """The raw records one at a time, read `page` records (default PAGE) at a time."""
+        for _ids, data in self._index.iter_data(self.run_id, self.record_ids, page or PAGE):
             yield from data
 
     def take(self, n: int) -> list:

@@ -361,3 +361,35 @@ def test_invert_orders_pairs_by_parent_then_child(span):
     order = np.lexsort((child, parents))
     p, c = _forward.invert(counts, parents)
     assert np.array_equal(p, parents[order]) and np.array_equal(c, child[order])
+
+
+def test_count_reads_no_raw_data_and_data_is_read_in_pages(tmp_path, monkeypatch):
+    """A hot key's count() computes ids only; collect/filter/take read raw data a page at a
+    time (here pages of 7), never the whole set at once."""
+    from agent import _trace
+    from agent._trace import LineageRDD
+
+    graph = Graph(15, hot=3)
+    root = tmp_path / "repo"
+    store(root, graph)
+    outs = [r for (cp, _), recs in graph.records.items() if cp == OUTPUT for r in recs]
+    with ProvenanceRepository.open(root, read_only=True) as repo:
+        ix = repo.lineage
+        expected = ix.trace(RUN, np.array(outs))[0]
+        asked: list[int] = []
+        real = type(ix).record_data
+
+        def counting(self, run, ids):
+            asked.append(len(ids))
+            return real(self, run, ids)
+
+        monkeypatch.setattr(type(ix), "record_data", counting)
+        lin = LineageRDD(repo, RUN, np.array(outs)).go_back_all()
+        assert lin.count() == len(expected) > 7
+        assert asked == []  # ids only
+        monkeypatch.setattr(_trace, "PAGE", 7)
+        data = lin.collect()
+        assert len(data) == len(expected) and max(asked) <= 7
+        asked.clear()
+        assert lin.filter(lambda d: d is None).count() == len(expected)  # no such input file
+        assert asked and max(asked) <= 7
