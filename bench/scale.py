@@ -134,6 +134,7 @@ def disk_bytes(repo_dir: str) -> tuple[int, int]:
 
 
 def trace_child(repo_dir: str, run: str, picks: int, hot: bool = True) -> dict:
+    from journals import record_id_base
     from repository import ProvenanceRepository
 
     repo = ProvenanceRepository.open(repo_dir, read_only=True)
@@ -144,13 +145,15 @@ def trace_child(repo_dir: str, run: str, picks: int, hot: bool = True) -> dict:
     rng = np.random.default_rng(3)
     clock = time.perf_counter
 
-    # Forward: one input line (of the first, largest source) to the final outputs.
+    # Forward: one input line (of the first, largest source) to the final outputs, picked
+    # uniformly by (partition, position) without listing every line.
     n_lines = ix.count_records(run, sources[0])
+    parts = ix.partitions(run, sources[0])
+    sizes = np.array([ix.count_partition(run, sources[0], p) for p in parts])
+    which = np.searchsorted(np.cumsum(sizes), rng.integers(0, n_lines, picks), side="right")
+    chosen = [record_id_base(sources[0], parts[w]) + int(rng.integers(0, sizes[w])) for w in which]
     fwd, fwd_sizes = [], []
-    lines = ix.all_records(run, sources[0])
-    chosen = lines[rng.integers(0, n_lines, picks)]
-    del lines
-    for rid in chosen.tolist():
+    for rid in chosen:
         t = clock()
         got, _ = ix.trace(run, np.array([rid]), forward=True)
         fwd.append(clock() - t)

@@ -30,6 +30,7 @@ CONFIG = RepositoryConfig(sync="none", rollover_interval=3600, block_size="4KiB"
 def small_slices(monkeypatch):
     # Small slices so long rows (hot keys) span several slices and blocks.
     monkeypatch.setattr(_forward, "SLICE_PAIRS", 16)
+    monkeypatch.setattr(_forward, "ROUTE_PAIRS", 8)
 
 
 def store(root, graph: Graph, logs: int = 1, split: bool = True, config=CONFIG) -> None:

@@ -154,9 +154,8 @@ class DeferredResolver:
         hit = self.cache.get(cache_key)
         if hit is not None:
             return hit
-        ids = self._ix.partition_records(run, cp.number, part)
         keymap: dict[Any, int] = {}
-        for rid, value in zip(ids.tolist(), self._ix.raw_values(run, ids)):
+        for rid, value in self._ix.partition_values(run, cp.number, part):
             keymap[_key_group(value)[0]] = rid
         size = 64 + sum(sys.getsizeof(k) + 100 for k in keymap)
         return self.cache.put(cache_key, keymap, size)

@@ -55,6 +55,7 @@ FWD_VERSION = 1
 _HEAD = struct.Struct("<4sB3x")
 _FOOT = struct.Struct("<QI4s")
 SLICE_PAIRS = 65536  # pairs per slice: a point lookup decodes one slice (~0.5 ms)
+ROUTE_PAIRS = 8192  # routing entries per slice: one is decoded per parent looked up
 _QUEUE = 2  # batches waiting for the builder's thread (each holds its decoded parents)
 LINE_STRIDE = 32  # text lines per sampled offset: a traced line costs one read of ~32 lines
 
@@ -324,8 +325,8 @@ class ForwardBuilder:
         self._route_parents, self._route_sections = [], []
         order = np.argsort(parents, kind="stable")
         parents, sections = parents[order], sections[order]
-        for a in range(0, len(parents), SLICE_PAIRS):
-            b = min(len(parents), a + SLICE_PAIRS)
+        for a in range(0, len(parents), ROUTE_PAIRS):
+            b = min(len(parents), a + ROUTE_PAIRS)
             sl = RouteSlice(IntColumn.stored(parents[a:b]), IntColumn.stored(sections[a:b]))
             blocks.append(len(self._offsets))
             lo.append(int(parents[a]))

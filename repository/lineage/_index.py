@@ -26,12 +26,10 @@ import numpy as np
 
 from journals import (
     MAX_PARTITION,
-    MAX_POSITION,
     Location,
     ProvenanceEvent,
     record_id_base,
     unpack_record_id,
-    unpack_record_ids,
 )
 
 from .._blocks import BatchSlice, entry_for
@@ -455,15 +453,21 @@ class LineageIndex:
         with self._lock:
             return sum(loc.count for loc in self._dirs.get(run, {}).get((cp, part), []))
 
-    def partition_records(self, run: str, cp: int, part: int) -> np.ndarray:
-        """Every record id stored at (capture point, partition), ascending."""
+    def partition_values(self, run: str, cp: int, part: int) -> Iterator[tuple[int, Any]]:
+        """(record id, captured value) of every record stored at (capture point, partition),
+        decoded slice by slice (no per-record lookups)."""
         base = record_id_base(cp, part)
-        return concat_sorted(
-            [
-                base + loc.pos_start + np.arange(loc.count, dtype=np.int64)
-                for loc in self.locs(run, cp, part)
-            ]
-        )
+        for loc in self.locs(run, cp, part):
+            evs = loc.first_event_id + np.arange(loc.count, dtype=np.int64)
+            for sl, local in self._slices_for(loc, evs):
+                if sl.values is None or sl.voffs is None:
+                    continue
+                first = base + loc.pos_start + (sl.first_id - loc.first_event_id)
+                voffs = sl.voffs.tolist()
+                values = sl.values
+                for li in local.tolist():
+                    raw = values[voffs[li] : voffs[li + 1]]
+                    yield first + li, pickle.loads(raw)
 
     def stored_rows(self, loc: BatchLoc, positions: np.ndarray) -> list[tuple[Any, np.ndarray]]:
         """(captured value, parents as stored) of the records at `positions` (ascending) of
@@ -743,20 +747,17 @@ class LineageIndex:
 
     def _group(self, run: str, ids: np.ndarray) -> Iterator[tuple[int, BatchLoc, np.ndarray]]:
         """(record id of position 0, BatchLoc, positions ascending) for the records that are
-        stored, of `ids` (ascending, distinct). Linear: groups are found by binary search."""
-        if not len(ids):
-            return
-        keys = ids >> POSITION_BITS
+        stored, of `ids` (ascending, distinct). Groups are found by binary search: no array the
+        size of `ids` is made besides each group's positions."""
         with self._lock:
             d = self._dirs.get(run, {})
-            for a, b in equal_runs(keys):
-                k = int(keys[a])
+            for k, a, b in _runs_of(ids, POSITION_BITS):
                 cp, part = k >> PARTITION_BITS, k & MAX_PARTITION
                 locs = d.get((cp, part))
                 if not locs:
                     continue
-                pos = ids[a:b] & MAX_POSITION
                 base = record_id_base(cp, part)
+                pos = ids[a:b] - base
                 for loc in locs:
                     i = int(np.searchsorted(pos, loc.pos_start))
                     j = int(np.searchsorted(pos, loc.pos_start + loc.count))
@@ -837,18 +838,11 @@ class LineageIndex:
     def record_data(self, run: str, record_ids: np.ndarray) -> list:
         """Raw data of each record: source bytes re-read by offset, or the captured value;
         None where neither was captured. (A deferred combiner record's data is its key.)"""
-        return self._record_data(run, record_ids, unwrap=True)
-
-    def raw_values(self, run: str, record_ids: np.ndarray) -> list:
-        """As `record_data`, but deferred combiner records give their stored (key, group)."""
-        return self._record_data(run, record_ids, unwrap=False)
-
-    def _record_data(self, run: str, record_ids: np.ndarray, unwrap: bool) -> list:
         self.refresh()
         ids = np.asarray(record_ids, dtype=np.int64)
         out: dict[int, object] = {}
         reads: dict[str, list[tuple[int, int, int]]] = {}  # uri -> (offset, length, record)
-        deferred = self._deferred_cps(run) if unwrap else {}
+        deferred = self._deferred_cps(run)
         grouped: dict[str, list[tuple[np.ndarray, ...]]] = {}
         for base, loc, positions in self._group(run, unique_ids(ids)):
             sample = self._line_sample(loc)
@@ -923,9 +917,20 @@ def as_set(ids: np.ndarray) -> np.ndarray:
 def _by_capture_point(ids: np.ndarray) -> Iterator[tuple[int, np.ndarray]]:
     """(capture point, its ids) of ascending ids: contiguous runs, the capture point being
     the ids' top bits."""
-    cps = unpack_record_ids(ids)[0]
-    for a, b in equal_runs(cps):
-        yield int(cps[a]), ids[a:b]
+    for cp, a, b in _runs_of(ids, POSITION_BITS + PARTITION_BITS):
+        yield cp, ids[a:b]
+
+
+def _runs_of(ids: np.ndarray, shift: int) -> Iterator[tuple[int, int, int]]:
+    """(value, start, stop) of the runs of equal `id >> shift` in ascending ids, found by
+    binary search (a few per run) rather than by shifting every id: a trace's level can hold
+    10^7-10^8 ids, and a full-size temporary is hundreds of MB."""
+    a, n = 0, len(ids)
+    while a < n:
+        k = int(ids[a]) >> shift
+        b = int(np.searchsorted(ids, (k + 1) << shift, side="left"))
+        yield k, a, b
+        a = b
 
 
 def _rows(sl: _Slice, local: np.ndarray) -> np.ndarray:

@@ -40,18 +40,18 @@ def read_in_groups(
     path = urlparse(uri).path if uri.startswith("file://") else uri
     out: list[str | None] = []
     try:
+        # pread, not a map: a map's faulted-in pages (and their read-ahead) count as the
+        # driver's resident memory, hundreds of MB for a trace touching a large file.
         with open(path, "rb") as f:
-            size = os.fstat(f.fileno()).st_size
-            if not size:
-                return [None] * len(starts)
-            with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
-                for s, e, j in zip(starts, ends, which):
-                    pieces = mm[s:e].split(b"\n", j + 1)
-                    if e > size or len(pieces) <= j:
-                        out.append(None)
-                    else:
-                        out.append(pieces[j].rstrip(b"\r\n").decode("utf-8", "replace"))
-    except (OSError, ValueError):
+            fd = f.fileno()
+            for s, e, j in zip(starts, ends, which):
+                data = os.pread(fd, e - s, s)
+                pieces = data.split(b"\n", j + 1)
+                if len(data) != e - s or len(pieces) <= j:
+                    out.append(None)  # the file changed since it was read
+                else:
+                    out.append(pieces[j].rstrip(b"\r\n").decode("utf-8", "replace"))
+    except OSError:
         return [None] * len(starts)
     return out
 
