@@ -55,7 +55,7 @@ FWD_VERSION = 1
 _HEAD = struct.Struct("<4sB3x")
 _FOOT = struct.Struct("<QI4s")
 SLICE_PAIRS = 65536  # pairs per slice: a point lookup decodes one slice (~0.5 ms)
-ROUTE_PAIRS = 8192  # routing entries per slice: one is decoded per parent looked up
+ROUTE_PAIRS = 2048  # routing entries, and routed sections' pairs, per slice
 _QUEUE = 2  # batches waiting for the builder's thread (each holds its decoded parents)
 LINE_STRIDE = 32  # text lines per sampled offset: a traced line costs one read of ~32 lines
 
@@ -278,17 +278,22 @@ class ForwardBuilder:
             distinct = p[new]
             self._route_parents.append(distinct)
             self._route_sections.append(np.full(len(distinct), number, dtype=np.int64))
-        for a in range(0, m, SLICE_PAIRS):
-            b = min(m, a + SLICE_PAIRS)
+        # A routed section (a shuffle's reduce side) is looked up a few parents at a time
+        # across many sections: small slices. A narrow one (a combiner's) can be huge, where
+        # the per-slice encoding overhead tells: large slices.
+        step = SLICE_PAIRS if single >= 0 else ROUTE_PAIRS
+        for a in range(0, m, step):
+            b = min(m, a + step)
             pp, cc, nn = p[a:b], c[a:b], new[a:b].copy()
             nn[0] = True
             starts = np.flatnonzero(nn)
             counts_k = np.diff(np.append(starts, b - a))
+            one_each = len(starts) == b - a  # a shuffle's or an output's: no rows to code
             sl = FwdSlice(
                 number,
                 IntColumn.stored(pp[starts]),
                 IntColumn.stored(counts_k),
-                IntColumn.stored(cc, counts_k),
+                IntColumn.stored(cc) if one_each else IntColumn.stored(cc, counts_k),
             )
             sec.blocks.append(len(self._offsets))
             sec.lo.append(int(pp[0]))
@@ -380,19 +385,30 @@ class ForwardBuilder:
 # -- reading -------------------------------------------------------------------------------------
 
 
-class _Decoded:
-    """A decoded forward slice: its section, distinct parents, CSR row starts, children."""
+class Decoded:
+    """A forward slice, decoded on first use (a block holds many slices, and a lookup
+    needs one or two of them): its section, distinct parents, CSR row starts, children."""
 
-    __slots__ = ("children", "nbytes", "parents", "section", "starts")
+    __slots__ = ("_arrays", "_slice", "nbytes", "section")
 
     def __init__(self, sl: FwdSlice) -> None:
-        counts = sl.counts.to_array()
         self.section = sl.section
-        self.parents = sl.parents.to_array()
-        self.starts = np.zeros(len(counts) + 1, dtype=np.int64)
-        np.cumsum(counts, out=self.starts[1:])
-        self.children = sl.children.to_array(counts)
-        self.nbytes = 96 + self.parents.nbytes + self.starts.nbytes + self.children.nbytes
+        self._slice: FwdSlice | None = sl
+        self._arrays: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+        # What the decoded arrays will take: 8 bytes per parent, per row start, per child.
+        self.nbytes = 96 + 8 * (2 * sl.parents.n + 1 + sl.children.n)
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(distinct parents, row starts, children)."""
+        if self._arrays is None:
+            sl = self._slice
+            assert sl is not None
+            counts = sl.counts.to_array()
+            starts = np.zeros(len(counts) + 1, dtype=np.int64)
+            np.cumsum(counts, out=starts[1:])
+            self._arrays = (sl.parents.to_array(), starts, sl.children.to_array(counts))
+            self._slice = None
+        return self._arrays
 
 
 class _Route:
@@ -449,7 +465,25 @@ class ForwardFile:
         for k, s in enumerate(d.sections):
             if s.partition_key >= 0:
                 self.by_partition.setdefault(s.partition_key, []).append(k)
+        self._bounds_of: dict[int, Bounds] = {}
         self._fd: int | None = None
+
+    def _bounds(self, k: int) -> Bounds:
+        """Section k's (or, for -1, the routing table's) slice bounds as arrays, made once."""
+        hit = self._bounds_of.get(k)
+        if hit is None:
+            d = self.directory
+            lo, hi, blocks = (
+                (d.route_lo, d.route_hi, d.route_blocks)
+                if k < 0
+                else (d.sections[k].lo, d.sections[k].hi, d.sections[k].blocks)
+            )
+            hit = self._bounds_of[k] = (
+                np.asarray(lo, dtype=np.int64),
+                np.asarray(hi, dtype=np.int64),
+                np.asarray(blocks, dtype=np.int64),
+            )
+        return hit
 
     def block_span(self, b: int) -> tuple[int, int]:
         offs = self.directory.block_offsets
@@ -468,7 +502,7 @@ class ForwardFile:
             )
         except BlockError as e:
             raise ForwardError(str(e)) from e
-        return [_Decoded(e) if isinstance(e, FwdSlice) else _Route(e) for e in entries]
+        return [Decoded(e) if isinstance(e, FwdSlice) else _Route(e) for e in entries]
 
     def close(self) -> None:
         if self._fd is not None:
@@ -509,7 +543,7 @@ class ForwardFile:
         """Section -> the parents it holds, for the multi-partition sections (routing)."""
         d = self.directory
         out: dict[int, list[np.ndarray]] = {}
-        for b, ps in _by_block(d.route_lo, d.route_hi, d.route_blocks, parents):
+        for b, ps in _by_block(self._bounds(-1), parents):
             for rt in blocks(self, b):
                 if not isinstance(rt, _Route):
                     continue
@@ -530,30 +564,38 @@ class ForwardFile:
         self, k: int, sec: FwdSection, parents: np.ndarray, blocks: BlockLoader
     ) -> np.ndarray:
         out = []
-        for b, ps in _by_block(sec.lo, sec.hi, sec.blocks, parents):
+        for b, ps in _by_block(self._bounds(k), parents):
             for sl in blocks(self, b):
-                if not isinstance(sl, _Decoded) or sl.section != k:
+                if not isinstance(sl, Decoded) or sl.section != k:
                     continue
-                idx = np.searchsorted(sl.parents, ps)
-                idx[idx == len(sl.parents)] = 0
-                hit = idx[sl.parents[idx] == ps]
+                parents_k, starts, children = sl.arrays()
+                idx = np.searchsorted(parents_k, ps)
+                idx[idx == len(parents_k)] = 0
+                hit = idx[parents_k[idx] == ps]
                 if len(hit):
-                    out.append(sl.children[_ranges(sl.starts[hit], sl.starts[hit + 1])])
+                    out.append(children[_ranges(starts[hit], starts[hit + 1])])
         if not out:
             return np.zeros(0, dtype=np.int64)
         return sorted_unique(np.concatenate(out) if len(out) > 1 else out[0])
 
 
-def _by_block(
-    lo: list[int], hi: list[int], block_of: list[int], parents: np.ndarray
-) -> Iterator[tuple[int, np.ndarray]]:
+Bounds = tuple[np.ndarray, np.ndarray, np.ndarray]  # slices' first and last parents, blocks
+
+
+def _by_block(bounds: Bounds, parents: np.ndarray) -> Iterator[tuple[int, np.ndarray]]:
     """(block, the parents that may be in it) for each block with a slice whose [lo, hi]
     holds any of `parents`. Slice bounds ascend (a parent may end one slice and start the
     next, so it can fall in several)."""
-    if not lo:
+    lo_a, hi_a, block_of = bounds
+    if not len(lo_a):
         return
-    lo_a = np.asarray(lo, dtype=np.int64)
-    hi_a = np.asarray(hi, dtype=np.int64)
+    if len(parents) == 1:  # a point lookup: plain binary search, no array work
+        p = int(parents[0])
+        i = int(np.searchsorted(hi_a, p, side="left"))
+        j = int(np.searchsorted(lo_a, p, side="right"))
+        for b in sorted(set(block_of[i:j].tolist())):
+            yield b, parents
+        return
     first = np.searchsorted(hi_a, parents, side="left")  # first slice ending at or after p
     last = np.searchsorted(lo_a, parents, side="right")  # one past the last starting <= p
     sel = last > first
@@ -561,7 +603,7 @@ def _by_block(
         return
     ps, a, z = parents[sel], first[sel], last[sel]
     who = np.repeat(ps, z - a)
-    blk = np.asarray(block_of, dtype=np.int64)[_ranges(a, z)]
+    blk = block_of[_ranges(a, z)]
     for b in sorted_unique(blk).tolist():
         yield b, sorted_unique(who[blk == b])
 

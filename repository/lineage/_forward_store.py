@@ -27,6 +27,7 @@ from .._toc import BatchRef, Toc, TocError, read_toc
 from ._cache import ByteLRU
 from ._forward import (
     FWD_SUFFIX,
+    Decoded,
     ForwardBuilder,
     ForwardError,
     ForwardFile,
@@ -345,9 +346,8 @@ def _verify_file(path: str, toc: Toc) -> list[str]:
                 problems.append(str(e))
                 continue
             for s in slices:
-                sec = getattr(s, "section", None)
-                if sec is not None:
-                    pairs[sec] = pairs.get(sec, 0) + len(s.children)
+                if isinstance(s, Decoded):  # decoded in full: each column must decode
+                    pairs[s.section] = pairs.get(s.section, 0) + len(s.arrays()[2])
         want = {b.first_event_id: b.associations for b in toc.batches if positional(b)}
         deferred = set(ff.directory.deferred)
         problems.extend(_check_deferred(path, toc, deferred & set(want)))
