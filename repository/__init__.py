@@ -17,7 +17,12 @@ from .lineage import (
     Culprit,
     LineageIndex,
     MineReport,
+    RecordRef,
     RunInfo,
+    format_record_id,
+    parse_record_id,
+    parse_record_ref,
+    resolve_record,
 )
 
 __all__ = [
@@ -34,6 +39,7 @@ __all__ = [
     "MineReport",
     "NotFound",
     "ProvenanceRepository",
+    "RecordRef",
     "RepositoryConfig",
     "RepositoryError",
     "RepositoryLocked",
@@ -42,6 +48,10 @@ __all__ = [
     "RolloverStats",
     "RunInfo",
     "VerifyReport",
+    "format_record_id",
     "parse_duration",
+    "parse_record_id",
+    "parse_record_ref",
     "parse_size",
+    "resolve_record",
 ]

@@ -33,7 +33,7 @@ from ._store import LogStore
 from ._toc import Toc
 from ._verify import VerifyReport, verify
 from ._writers import WriterPool
-from .lineage import Culprit, LineageIndex, MineReport, find_culprits, mine
+from .lineage import Culprit, LineageIndex, MineReport, event_data, find_culprits, mine
 
 log = logging.getLogger("provrepo.repository")
 
@@ -294,6 +294,11 @@ class ProvenanceRepository:
         self._catch_up()
         return find_culprits(self._store, self._index, self.lineage, run, with_data)
 
+    def event_data(self, event: ProvenanceEvent) -> Any:
+        """The raw data of an event's record (None when none was captured): the input line
+        re-read by offset, or the captured value, as traces and culprits show it."""
+        return event_data(self.lineage, event)
+
     def mine(
         self,
         run: str,
@@ -306,6 +311,14 @@ class ProvenanceRepository:
         selectivity; winnowed to the backward trace of `bad_outputs` (record ids), and ranked
         against `good_outputs`' lineage when given (see `repository.lineage._mine`)."""
         return mine(self.lineage, run, bad_outputs, good_outputs, threshold=threshold)
+
+    def serve_ui(self, host: str = "127.0.0.1", port: int = 0):
+        """Start the read-only provenance UI in a background thread (for a notebook, or a
+        driver beside its job) and return the server: `.url`, `.close()`. It opens its own
+        read-only view of this repository, so it never writes. `port=0` picks a free one."""
+        from .ui import UiServer
+
+        return UiServer(self.path, host, port).start()
 
     # -- search and age-off (see _search.py, _indexing.py, _ageoff.py) ------------------------
 

@@ -286,6 +286,25 @@ class LineageIndex:
         d = self._dirs.get(run, {})
         return sorted(p for (c, p) in d if c == cp)
 
+    def parent_counts(self, run: str, cp: int) -> dict[int, int]:
+        """Associations of `cp`'s records by their parents' capture point (a join or a union
+        has several); read from the batches unless the descriptor names a single parent."""
+        info = self.run_info(run)
+        c = info.capture_points.get(cp)
+        if c is None:
+            raise NotFound(f"run {run} has no capture point {cp}")
+        if info.descriptor is not None and len(c.parents) == 1:
+            return {c.parents[0]: c.associations}
+        flats = [
+            self._batch_parents(loc)[1]
+            for part in self.partitions(run, cp)
+            for loc in self.locs(run, cp, part)
+        ]
+        if not flats:
+            return {}
+        cps, counts = np.unique(unpack_record_ids(np.concatenate(flats))[0], return_counts=True)
+        return dict(zip(cps.tolist(), counts.tolist()))
+
     def locs(self, run: str, cp: int, part: int) -> list[BatchLoc]:
         self.refresh()
         return list(self._dirs.get(run, {}).get((cp, part), []))
@@ -388,13 +407,37 @@ class LineageIndex:
 
     def children(self, run: str, record_ids: np.ndarray, info: RunInfo | None = None) -> np.ndarray:
         """The distinct records that have any of these records as a parent (forward hop)."""
+        return np.unique(self.child_pairs(run, record_ids, info)[1])
+
+    def parent_pairs(self, run: str, record_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The backward hop's edges: (child, parent) arrays, one entry per stored association
+        of the given records (a graph needs the edges, not only the parents)."""
+        self.refresh()
+        ids = np.unique(np.asarray(record_ids, dtype=np.int64))
+        kids, pars = [], []
+        for base, loc, positions in self._group(run, ids):
+            evs = loc.first_event_id + positions - loc.pos_start
+            for sl, local in self._slices_for(loc, evs):
+                if sl.parents is None:
+                    continue
+                lo, hi = sl.starts[local], sl.starts[local + 1]
+                first = base + loc.pos_start + (sl.first_id - loc.first_event_id)
+                kids.append(np.repeat(first + local, hi - lo))
+                pars.append(_gather_ranges(sl.parents, lo, hi))
+        return _pairs(kids, pars)
+
+    def child_pairs(
+        self, run: str, record_ids: np.ndarray, info: RunInfo | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The forward hop's edges: (parent, child) arrays, one entry per association from one
+        of the given records to a stored child."""
         self.refresh()
         ids = np.unique(np.asarray(record_ids, dtype=np.int64))
         if not len(ids):
-            return ids
+            return ids, ids
         info = info or self.run_info(run)
         cps, parts, _ = unpack_record_ids(ids)
-        out = []
+        pars, kids = [], []
         for cp in np.unique(cps).tolist():
             mine = ids[cps == cp]
             my_parts = set(parts[cps == cp].tolist())
@@ -405,8 +448,10 @@ class LineageIndex:
                     if narrow and part not in my_parts:
                         continue
                     for loc in self._dirs[run][(child, part)]:
-                        out.append(self._children_in(run, child, part, loc, mine))
-        return np.unique(np.concatenate(out)) if out else np.array([], dtype=np.int64)
+                        hit_parents, hit_children = self._children_in(child, part, loc, mine)
+                        pars.append(hit_parents)
+                        kids.append(hit_children)
+        return _pairs(pars, kids)
 
     def trace(
         self, run: str, record_ids: np.ndarray, forward: bool = False, depth: int | None = None
@@ -495,10 +540,13 @@ class LineageIndex:
         # No descriptor: any other capture point of the run may refer to this one.
         return [c for c in info.capture_points if c != cp]
 
-    def _children_in(self, run, cp, part, loc: BatchLoc, parents: np.ndarray) -> np.ndarray:
+    def _children_in(
+        self, cp: int, part: int, loc: BatchLoc, parents: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """(parent, child) for each association of one batch to one of `parents` (sorted)."""
         starts, flat = self.batch_parents(loc)
         if not len(flat):
-            return np.array([], dtype=np.int64)
+            return flat, flat
         if len(parents) <= 8:  # a few ids: equality passes beat isin's sort
             mask = flat == parents[0]
             for p in parents[1:]:
@@ -506,10 +554,8 @@ class LineageIndex:
         else:
             mask = np.isin(flat, parents)
         hit = np.flatnonzero(mask)
-        if not len(hit):
-            return np.array([], dtype=np.int64)
-        rec = np.unique(np.searchsorted(starts, hit, side="right") - 1)
-        return record_id_base(cp, part) + loc.pos_start + rec
+        rec = np.searchsorted(starts, hit, side="right") - 1
+        return flat[hit], record_id_base(cp, part) + loc.pos_start + rec
 
     def batch_parents(self, loc: BatchLoc) -> tuple[np.ndarray, np.ndarray]:
         """A whole batch's CSR parents as two arrays (for forward scans), cached by bytes."""
@@ -626,6 +672,15 @@ def _value(values: bytes, voffs: np.ndarray, li: int) -> Any:
         return pickle.loads(raw)
     except Exception:  # a value that cannot be rebuilt here is shown as its bytes
         return raw
+
+
+def _pairs(a: list[np.ndarray], b: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    if not a:
+        empty = np.array([], dtype=np.int64)
+        return empty, empty.copy()
+    return np.concatenate(a).astype(np.int64, copy=False), np.concatenate(b).astype(
+        np.int64, copy=False
+    )
 
 
 def _gather_ranges(values: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
