@@ -312,14 +312,6 @@ class ProvenanceRepository:
         against `good_outputs`' lineage when given (see `repository.lineage._mine`)."""
         return mine(self.lineage, run, bad_outputs, good_outputs, threshold=threshold)
 
-    def serve_ui(self, host: str = "127.0.0.1", port: int = 0):
-        """Start the read-only provenance UI in a background thread (for a notebook, or a
-        driver beside its job) and return the server: `.url`, `.close()`. It opens its own
-        read-only view of this repository, so it never writes. `port=0` picks a free one."""
-        from .ui import UiServer
-
-        return UiServer(self.path, host, port).start()
-
     # -- search and age-off (see _search.py, _indexing.py, _ageoff.py) ------------------------
 
     def search(
