@@ -47,3 +47,41 @@ def unpack_record_ids(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarr
     """Vectorized `unpack_record_id` over an int64 array."""
     ids = np.asarray(ids, dtype=np.int64)
     return ids >> _CP_SHIFT, (ids >> _PART_SHIFT) & MAX_PARTITION, ids & MAX_POSITION
+
+
+def unique_ids(ids: np.ndarray) -> np.ndarray:
+    """Sorted distinct values of an int64 array, by one sort and one comparison: numpy 2.4's
+    `np.unique` hashes integers and takes ~15x as long on a million record ids."""
+    s = np.sort(np.asarray(ids, dtype=np.int64))
+    if len(s) < 2:
+        return s
+    keep = np.empty(len(s), dtype=bool)
+    keep[0] = True
+    np.not_equal(s[1:], s[:-1], out=keep[1:])
+    return s[keep]
+
+
+def group_ids(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(sorted distinct values, each value's index into them, their counts): `np.unique` with
+    return_inverse and return_counts, by one stable argsort (see `unique_ids`)."""
+    ids = np.asarray(ids, dtype=np.int64)
+    order = np.argsort(ids, kind="stable")
+    s = ids[order]
+    first = np.empty(len(s), dtype=bool)
+    first[:1] = True
+    np.not_equal(s[1:], s[:-1], out=first[1:])
+    index = np.cumsum(first) - 1
+    inverse = np.empty(len(ids), dtype=np.int64)
+    inverse[order] = index
+    return s[first], inverse, np.bincount(index, minlength=int(first.sum()))
+
+
+def isin_sorted(values: np.ndarray, sorted_unique: np.ndarray) -> np.ndarray:
+    """Which of `values` occur in `sorted_unique` (ascending, distinct): a binary search each,
+    where `np.isin` sorts both arrays together."""
+    values = np.asarray(values, dtype=np.int64)
+    if not len(sorted_unique):
+        return np.zeros(len(values), dtype=bool)
+    at = np.searchsorted(sorted_unique, values)
+    at[at == len(sorted_unique)] = 0
+    return sorted_unique[at] == values

@@ -15,7 +15,10 @@ from journals import (
     LineageBatch,
     Location,
     WriterSpec,
+    group_ids,
+    isin_sorted,
     pack_record_id,
+    unique_ids,
     unpack_record_id,
 )
 from journals._columns import DELTA, SEGMENTED, SHUFFLED, IntColumn, _unpack_params
@@ -248,3 +251,18 @@ def test_int_column_with_a_step_wider_than_int64():
     assert col.slice(1, 3).to_array().tolist() == values[1:3]
     assert IntColumn.from_array(np.array(values[1:3])).to_array().tolist() == values[1:3]
     assert col.compacted().to_array().tolist() == values
+
+
+@pytest.mark.parametrize("n", [0, 1, 2, 7, 1000])
+def test_id_set_helpers_match_numpy(n):
+    rng = np.random.default_rng(n)
+    ids = rng.integers(0, 1 << 62, n) if n < 1000 else rng.integers(0, 50, n) << 49
+    u = unique_ids(ids)
+    assert np.array_equal(u, np.unique(ids)) and u.dtype == np.int64
+    values, inverse, counts = group_ids(ids)
+    want = np.unique(ids, return_inverse=True, return_counts=True)
+    assert np.array_equal(values, want[0]) and np.array_equal(counts, want[2])
+    assert np.array_equal(inverse, want[1].reshape(-1)) and np.array_equal(values[inverse], ids)
+    probe = np.concatenate([ids[: n // 2], rng.integers(0, 1 << 62, 20)])
+    for subset in (u, u[::3], u[:0]):
+        assert np.array_equal(isin_sorted(probe, subset), np.isin(probe, subset))

@@ -26,7 +26,10 @@ from journals import (
     MAX_PARTITION,
     Location,
     ProvenanceEvent,
+    group_ids,
+    isin_sorted,
     record_id_base,
+    unique_ids,
     unpack_record_id,
     unpack_record_ids,
 )
@@ -302,7 +305,7 @@ class LineageIndex:
         ]
         if not flats:
             return {}
-        cps, counts = np.unique(unpack_record_ids(np.concatenate(flats))[0], return_counts=True)
+        cps, _, counts = group_ids(unpack_record_ids(np.concatenate(flats))[0])
         return dict(zip(cps.tolist(), counts.tolist()))
 
     def locs(self, run: str, cp: int, part: int) -> list[BatchLoc]:
@@ -387,14 +390,14 @@ class LineageIndex:
                 base = record_id_base(cp, part)
                 for loc in self._dirs[run][(cp, part)]:
                     chunks.append(base + loc.pos_start + np.arange(loc.count, dtype=np.int64))
-        return np.unique(np.concatenate(chunks)) if chunks else np.array([], dtype=np.int64)
+        return unique_ids(np.concatenate(chunks)) if chunks else np.array([], dtype=np.int64)
 
     # -- hops --------------------------------------------------------------------------------
 
     def parents(self, run: str, record_ids: np.ndarray) -> np.ndarray:
         """The distinct parent record ids of the given records (backward hop)."""
         self.refresh()
-        ids = np.unique(np.asarray(record_ids, dtype=np.int64))
+        ids = unique_ids(np.asarray(record_ids, dtype=np.int64))
         out = []
         for _, loc, positions in self._group(run, ids):
             evs = loc.first_event_id + positions - loc.pos_start
@@ -403,17 +406,17 @@ class LineageIndex:
                     continue
                 lo, hi = sl.starts[local], sl.starts[local + 1]
                 out.append(_gather_ranges(sl.parents, lo, hi))
-        return np.unique(np.concatenate(out)) if out else np.array([], dtype=np.int64)
+        return unique_ids(np.concatenate(out)) if out else np.array([], dtype=np.int64)
 
     def children(self, run: str, record_ids: np.ndarray, info: RunInfo | None = None) -> np.ndarray:
         """The distinct records that have any of these records as a parent (forward hop)."""
-        return np.unique(self.child_pairs(run, record_ids, info)[1])
+        return unique_ids(self.child_pairs(run, record_ids, info)[1])
 
     def parent_pairs(self, run: str, record_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The backward hop's edges: (child, parent) arrays, one entry per stored association
         of the given records (a graph needs the edges, not only the parents)."""
         self.refresh()
-        ids = np.unique(np.asarray(record_ids, dtype=np.int64))
+        ids = unique_ids(np.asarray(record_ids, dtype=np.int64))
         kids, pars = [], []
         for base, loc, positions in self._group(run, ids):
             evs = loc.first_event_id + positions - loc.pos_start
@@ -432,13 +435,13 @@ class LineageIndex:
         """The forward hop's edges: (parent, child) arrays, one entry per association from one
         of the given records to a stored child."""
         self.refresh()
-        ids = np.unique(np.asarray(record_ids, dtype=np.int64))
+        ids = unique_ids(np.asarray(record_ids, dtype=np.int64))
         if not len(ids):
             return ids, ids
         info = info or self.run_info(run)
         cps, parts, _ = unpack_record_ids(ids)
         pars, kids = [], []
-        for cp in np.unique(cps).tolist():
+        for cp in unique_ids(cps).tolist():
             mine = ids[cps == cp]
             my_parts = set(parts[cps == cp].tolist())
             for child in self._child_cps(info, cp):
@@ -460,14 +463,14 @@ class LineageIndex:
         to the sources (final outputs) when depth is None. Records with nowhere further to go
         stay in the result. Returns (record ids, hops taken)."""
         hop = self.children if forward else self.parents
-        frontier = np.unique(np.asarray(record_ids, dtype=np.int64))
+        frontier = unique_ids(np.asarray(record_ids, dtype=np.int64))
         ends: list[np.ndarray] = []
         hops = 0
         while len(frontier) and (depth is None or hops < depth):
             nxt: list[np.ndarray] = []
             stuck: list[np.ndarray] = []
             cps = unpack_record_ids(frontier)[0]
-            for cp in np.unique(cps).tolist():  # per capture point: some may end earlier
+            for cp in unique_ids(cps).tolist():  # per capture point: some may end earlier
                 group = frontier[cps == cp]
                 moved = hop(run, group)
                 (nxt if len(moved) else stuck).append(moved if len(moved) else group)
@@ -476,34 +479,35 @@ class LineageIndex:
                 frontier = np.array([], dtype=np.int64)
                 break
             ends.extend(stuck)
-            frontier = np.unique(np.concatenate(nxt))
+            frontier = unique_ids(np.concatenate(nxt))
             hops += 1
             if hops > 100_000:  # lineage is a DAG: only a damaged repository could loop
                 raise RuntimeError("lineage trace does not terminate (cycle in stored lineage?)")
         ends.append(frontier)
-        out = np.unique(np.concatenate(ends)) if ends else frontier
+        out = unique_ids(np.concatenate(ends)) if ends else frontier
         return out, hops
 
     def reachable(self, run: str, record_ids: np.ndarray, forward: bool = False) -> np.ndarray:
         """Every record one or more hops back (forward) from these, at every level."""
         hop = self.children if forward else self.parents
-        frontier = np.unique(np.asarray(record_ids, dtype=np.int64))
+        frontier = unique_ids(np.asarray(record_ids, dtype=np.int64))
         found: list[np.ndarray] = []
         seen = frontier
         while len(frontier):
-            nxt = np.setdiff1d(hop(run, frontier), seen, assume_unique=False)
+            reached = unique_ids(hop(run, frontier))
+            nxt = reached[~isin_sorted(reached, seen)]
             if not len(nxt):
                 break
             found.append(nxt)
-            seen = np.union1d(seen, nxt)
+            seen = unique_ids(np.concatenate([seen, nxt]))
             frontier = nxt
-        return np.unique(np.concatenate(found)) if found else np.array([], dtype=np.int64)
+        return unique_ids(np.concatenate(found)) if found else np.array([], dtype=np.int64)
 
     def parent_lists(self, run: str, record_ids: np.ndarray) -> dict[int, np.ndarray]:
         """Each stored record's parents, in stored order (e.g. a join's left, then right)."""
         self.refresh()
         out: dict[int, np.ndarray] = {}
-        for base, loc, positions in self._group(run, np.unique(np.asarray(record_ids))):
+        for base, loc, positions in self._group(run, unique_ids(np.asarray(record_ids))):
             evs = loc.first_event_id + positions - loc.pos_start
             for sl, local in self._slices_for(loc, evs):
                 first = base + loc.pos_start + (sl.first_id - loc.first_event_id)
@@ -517,13 +521,13 @@ class LineageIndex:
     def first_children(self, run: str, parents: np.ndarray, cp: int) -> dict[int, int]:
         """For each parent, the first (lowest) record at `cp` made from it."""
         self.refresh()
-        parents = np.unique(np.asarray(parents, dtype=np.int64))
+        parents = unique_ids(np.asarray(parents, dtype=np.int64))
         out: dict[int, int] = {}
         for part in self.partitions(run, cp):
             base = record_id_base(cp, part)
             for loc in self.locs(run, cp, part):
                 starts, flat = self.batch_parents(loc)
-                hit = np.flatnonzero(np.isin(flat, parents))
+                hit = np.flatnonzero(isin_sorted(flat, parents))
                 if not len(hit):
                     continue
                 rec = np.searchsorted(starts, hit, side="right") - 1
@@ -552,7 +556,7 @@ class LineageIndex:
             for p in parents[1:]:
                 mask |= flat == p
         else:
-            mask = np.isin(flat, parents)
+            mask = isin_sorted(flat, parents)
         hit = np.flatnonzero(mask)
         rec = np.searchsorted(starts, hit, side="right") - 1
         return flat[hit], record_id_base(cp, part) + loc.pos_start + rec
@@ -591,7 +595,7 @@ class LineageIndex:
         cps, parts, poss = unpack_record_ids(ids)
         key = (cps << PARTITION_BITS) | parts
         with self._lock:
-            for k in np.unique(key).tolist():
+            for k in unique_ids(key).tolist():
                 sel = key == k
                 cp, part = k >> PARTITION_BITS, k & MAX_PARTITION
                 pos = poss[sel]
@@ -609,7 +613,7 @@ class LineageIndex:
             return
         event_ids = np.sort(event_ids)
         blocks = reader.block_indexes(event_ids)
-        for bi in np.unique(blocks).tolist():
+        for bi in unique_ids(blocks).tolist():
             in_block = event_ids[blocks == bi]
             for sl in self._block_slices(reader, bi):
                 if sl.first_id + sl.count <= in_block[0] or sl.first_id > in_block[-1]:
@@ -648,7 +652,7 @@ class LineageIndex:
         ids = np.asarray(record_ids, dtype=np.int64)
         out: dict[int, object] = {}
         reads: dict[str, list[tuple[int, int, int]]] = {}  # uri -> (offset, length, record)
-        for base, loc, positions in self._group(run, np.unique(ids)):
+        for base, loc, positions in self._group(run, unique_ids(ids)):
             evs = loc.first_event_id + positions - loc.pos_start
             for sl, local in self._slices_for(loc, evs):
                 first = base + loc.pos_start + (sl.first_id - loc.first_event_id)
