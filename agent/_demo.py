@@ -133,6 +133,8 @@ def run_demo(repo_path: str, lines: int = 300_000) -> int:
     print(f"  provrepo runs {repo_path}")
     print(f"  provrepo trace {repo_path} <record id> --data       (ids as printed above)")
     print(f"  provrepo search {repo_path} --type FAIL")
+    print("Explore it in the browser (search, events, lineage graphs, the run's capture points):")
+    print(f"  provrepo ui {repo_path}")
     return 0
 
 

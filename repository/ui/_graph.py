@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from journals import MAX_PARTITION, unpack_record_ids
+from journals import MAX_PARTITION, group_ids, isin_sorted, unique_ids, unpack_record_ids
 
 from .. import BadInput, LineageIndex, NotFound, RunInfo, format_record_id
 
@@ -82,6 +82,12 @@ class TraceGraphs:
         self._cache_bytes = 0
         self._max_bytes = cache_bytes
 
+    def clear_cache(self) -> None:
+        """Forget cached walks (benchmarks measure cold requests)."""
+        with self._lock:
+            self._cache.clear()
+            self._cache_bytes = 0
+
     def graph(self, req: GraphRequest, version: Any = None) -> dict:
         """The picture as JSON-ready data: nodes (with x, y), edges, columns, truncated."""
         _check(req)
@@ -111,7 +117,7 @@ class TraceGraphs:
             one = np.array([rid], dtype=np.int64)
             parts.append(self._one_way(req.run, info, one, way == "forward", 1))
         walk = _Walk(
-            np.unique(np.concatenate([w.records for w in parts])),
+            unique_ids(np.concatenate([w.records for w in parts])),
             np.concatenate([w.src for w in parts]),
             np.concatenate([w.dst for w in parts]),
         )
@@ -120,9 +126,11 @@ class TraceGraphs:
             if not ways:
                 continue
             # Records at the depth limit have more beyond, unless another walk went on.
-            went_on = np.concatenate([w.dst if way == "backward" else w.src for w in ways])
-            cut = np.unique(np.concatenate([w.cut[way] for w in ways]))
-            walk.cut[way] = np.setdiff1d(cut, went_on)
+            went_on = unique_ids(
+                np.concatenate([w.dst if way == "backward" else w.src for w in ways])
+            )
+            cut = unique_ids(np.concatenate([w.cut[way] for w in ways]))
+            walk.cut[way] = cut[~isin_sorted(cut, went_on)]
             if _goes(req, way):
                 walk.hops[way] = ways[0].hops[way]
         with self._lock:
@@ -154,8 +162,9 @@ class TraceGraphs:
             src.append(parents)
             dst.append(children)
             hops += 1
-            frontier = np.setdiff1d(reached, seen)
-            seen = np.union1d(seen, frontier)
+            reached = unique_ids(reached)
+            frontier = reached[~isin_sorted(reached, seen)]
+            seen = unique_ids(np.concatenate([seen, frontier]))
             if hops > 100_000:  # lineage is a DAG: only a damaged repository could loop
                 raise RuntimeError("lineage trace does not terminate (cycle in stored lineage?)")
         name = "forward" if forward else "backward"
@@ -230,15 +239,15 @@ class _Picture:
         node_of = np.empty(len(recs), dtype=np.int64)
         node_of[alone] = np.arange(n_alone)
         gkey = cps * (_ALL + 1) + np.where(self.whole_cp[cps], _ALL, parts)
-        groups, ginv, gcount = np.unique(gkey[~alone], return_inverse=True, return_counts=True)
-        node_of[~alone] = n_alone + ginv.reshape(-1)
+        groups, ginv, gcount = group_ids(gkey[~alone])
+        node_of[~alone] = n_alone + ginv
         n_nodes = n_alone + len(groups)
 
         # Edges between nodes, with association counts.
         s = node_of[np.searchsorted(recs, walk.src)]
         d = node_of[np.searchsorted(recs, walk.dst)]
         keep = s != d
-        ekey, ecount = np.unique(s[keep] * n_nodes + d[keep], return_counts=True)
+        ekey, _, ecount = group_ids(s[keep] * n_nodes + d[keep])
         es, ed = ekey // max(n_nodes, 1), ekey % max(n_nodes, 1)
 
         # Per node: capture point, kind, sort key within its capture point.
@@ -280,9 +289,9 @@ class _Picture:
         """Which records are shown alone; True when `limit` kept an expanded group partly
         collapsed."""
         req = self.req
-        pinned = np.isin(recs, np.array([req.root] + [h[0] for h in req.hops], dtype=np.int64))
-        ucp, inv, counts = np.unique(cps, return_inverse=True, return_counts=True)
-        inv = inv.reshape(-1)
+        pins = unique_ids(np.array([req.root] + [h[0] for h in req.hops], dtype=np.int64))
+        pinned = isin_sorted(recs, pins)
+        ucp, inv, counts = group_ids(cps)
         alone_cp = counts <= req.collapse
         # The record budget: collapse the largest capture points first.
         while counts[alone_cp].sum() + pinned[~alone_cp[inv]].sum() > req.limit:
@@ -293,7 +302,7 @@ class _Picture:
         self.whole_cp = np.zeros(int(ucp.max()) + 1 if len(ucp) else 1, dtype=bool)
         for k, cp in enumerate(ucp.tolist()):
             if not alone_cp[k]:
-                grouped_parts = np.unique(parts[(cps == cp) & ~alone])
+                grouped_parts = unique_ids(parts[(cps == cp) & ~alone])
                 self.whole_cp[cp] = len(grouped_parts) > req.collapse
         truncated = False
         room = req.limit - int(alone.sum())
@@ -303,7 +312,7 @@ class _Picture:
                 continue  # not in this picture
             if part == _ALL:  # split a whole capture point into its partitions
                 if self.whole_cp[cp]:
-                    n_parts = len(np.unique(parts[(cps == cp) & ~alone]))
+                    n_parts = len(unique_ids(parts[(cps == cp) & ~alone]))
                     self.whole_cp[cp] = n_parts > req.limit
                     truncated |= bool(self.whole_cp[cp])
                 continue
@@ -323,7 +332,7 @@ class _Picture:
         events = index.event_ids(run, ids).tolist()
         data = index.record_data(run, ids)
         cut = {
-            way: set(np.intersect1d(c, ids).tolist()) for way, c in self.walk.cut.items() if len(c)
+            way: set(c[isin_sorted(c, ids)].tolist()) for way, c in self.walk.cut.items() if len(c)
         }
         cps, parts, poss = (a.tolist() for a in unpack_record_ids(ids))
         out = []
@@ -378,7 +387,7 @@ class _Picture:
         return out
 
     def _columns(self, cps, ncp, ncol, x) -> list[dict]:
-        ucp, counts = np.unique(cps, return_counts=True)
+        ucp, _, counts = group_ids(cps)
         per_cp = dict(zip(ucp.tolist(), counts.tolist()))
         xs: dict[int, float] = {}
         for cp, xx in zip(ncp.tolist(), x.tolist()):
@@ -422,7 +431,7 @@ def _layout(col, cp, key, is_group, es, ed) -> tuple[np.ndarray, np.ndarray]:
     if not n:
         return np.zeros(0), np.zeros(0)
     # Compact columns: only the ones present, in order.
-    ucol = np.unique(col)
+    ucol = unique_ids(col)
     x = np.searchsorted(ucol, col).astype(float) * _COL_GAP
     order = np.lexsort((key, cp, col))  # initial: by capture point, then partition/position
     pos = np.empty(n)
@@ -438,7 +447,7 @@ def _layout(col, cp, key, is_group, es, ed) -> tuple[np.ndarray, np.ndarray]:
                 cnts = np.bincount(b[sel], minlength=n)
                 bary = np.where(cnts > 0, sums / np.maximum(cnts, 1), pos)[members]
                 # capture points stay in blocks, ordered by their mean barycenter
-                inv = np.unique(cp[members], return_inverse=True)[1]
+                inv = group_ids(cp[members])[1]
                 block = np.bincount(inv, weights=bary) / np.bincount(inv)
                 ranked = members[np.lexsort((key[members], bary, block[inv]))]
                 _positions(ranked, col, pos)
@@ -462,6 +471,6 @@ def _layout(col, cp, key, is_group, es, ed) -> tuple[np.ndarray, np.ndarray]:
 def _positions(ranked: np.ndarray, col: np.ndarray, pos: np.ndarray) -> None:
     """Normalised positions in (0, 1) for each column's nodes in the given order."""
     cols = col[ranked]
-    for c in np.unique(cols).tolist():
+    for c in unique_ids(cols).tolist():
         members = ranked[cols == c]
         pos[members] = (np.arange(len(members)) + 0.5) / len(members)

@@ -941,6 +941,12 @@
     document.body.dataset.ready = "1";
   }
 
+  // For the console and the browser tests: the graphs on screen.
+  window.provrepo = {
+    graph: () => state.graph && state.graph.cy,
+    runGraph: () => state.runGraph && state.runGraph.cy,
+  };
+
   if (typeof cytoscape !== "undefined" && typeof cytoscapeDagre !== "undefined") cytoscape.use(cytoscapeDagre);
   start();
 })();
