@@ -23,7 +23,7 @@ from _runs import cp, write_run
 
 from journals import EventType, ProvenanceEvent, record_id_base, unpack_record_id
 from repository import BadInput, NotFound, ProvenanceRepository, RepositoryConfig
-from repository.ui import Api, UiServer
+from repository.ui import Api, UiServer, serve_ui
 
 RUN = "run-ui"
 PARTS, N, KEYS = 3, 40, 5
@@ -427,7 +427,7 @@ def test_malformed_requests_get_json_errors(server):
 def test_a_live_owner_is_seen(tmp_path):
     """serve_ui beside the owner: read-only, and later rollovers show up."""
     with ProvenanceRepository.open(tmp_path / "r", RepositoryConfig(sync="none")) as repo:
-        ui = repo.serve_ui()
+        ui = serve_ui(repo)
         try:
             conn = http.client.HTTPConnection("127.0.0.1", ui.port, timeout=10)
             conn.request("GET", "/api/info")

@@ -17,6 +17,7 @@ import _browser
 import pytest
 
 from repository import ProvenanceRepository, RepositoryConfig, format_record_id
+from repository.ui import serve_ui
 
 pytestmark = [pytest.mark.spark, pytest.mark.browser]
 
@@ -70,7 +71,7 @@ def site(spark, tmp_path_factory):
         raw = path.read_bytes()
         xss_at = raw.index(XSS_VALUE.encode())
         xss_record = repo.lineage.record_at(lc.run_id, str(path), xss_at)
-        server = repo.serve_ui()  # read-only, beside the owner
+        server = serve_ui(repo)  # read-only, beside the owner
         driver = _browser.chrome()
         yield {
             "base": server.url.rstrip("/"),

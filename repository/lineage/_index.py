@@ -299,7 +299,7 @@ class LineageIndex:
         if info.descriptor is not None and len(c.parents) == 1:
             return {c.parents[0]: c.associations}
         flats = [
-            self._batch_parents(loc)[1]
+            self.batch_parents(loc)[1]
             for part in self.partitions(run, cp)
             for loc in self.locs(run, cp, part)
         ]

@@ -124,11 +124,11 @@ class Api:
         st = self.repo.stats()
         return {
             "path": self.repo.path,
-            "events": st["events"],
-            "first_event_id": st["first_event_id"],
-            "max_event_id": st["max_event_id"],
-            "events_not_indexed": st["events_not_indexed"],
-            "owner": st["owner"],
+            "events": st.events,
+            "first_event_id": st.first_event_id,
+            "max_event_id": st.max_event_id,
+            "events_not_indexed": st.events_not_indexed,
+            "owner": st.owner,
             "event_types": [t.value for t in EventType],
             "indexed_attributes": list(self.repo.config.indexed_attributes),
             "endpoints": [
@@ -252,7 +252,7 @@ class Api:
             "count": len(events),
             "limit": limit,
             "query": query,
-            "events_not_indexed": self.repo.stats()["events_not_indexed"],
+            "events_not_indexed": self.repo.stats().events_not_indexed,
         }
 
     def event(self, text: str, params: Params) -> dict:
