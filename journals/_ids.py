@@ -84,4 +84,5 @@ def isin_sorted(values: np.ndarray, sorted_unique: np.ndarray) -> np.ndarray:
         return np.zeros(len(values), dtype=bool)
     at = np.searchsorted(sorted_unique, values)
     at[at == len(sorted_unique)] = 0
-    return sorted_unique[at] == values
+    found: np.ndarray = sorted_unique[at] == values
+    return found

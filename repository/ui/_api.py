@@ -14,6 +14,7 @@ import json
 import threading
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 from urllib.parse import unquote
 
@@ -24,8 +25,12 @@ from journals import EventType, ProvenanceEvent, unpack_record_ids
 from .. import (
     RUN_COMPONENT_TYPE,
     BadInput,
+    CapturePointInfo,
+    Culprit,
+    LineageIndex,
     NotFound,
     ProvenanceRepository,
+    RecordRef,
     format_record_id,
     parse_record_ref,
     resolve_record,
@@ -67,6 +72,7 @@ class Api:
         self._lock = threading.Lock()
         self._refreshed = 0.0
         self._memo: dict[tuple, Any] = {}
+        self._stats = repo.stats()
 
     # -- plumbing ----------------------------------------------------------------------------
 
@@ -92,7 +98,8 @@ class Api:
         return handler(*args, params) if wants_arg else handler(params)
 
     def _refresh(self) -> None:
-        """Pick up logs the owner committed meanwhile (at most twice a second)."""
+        """Pick up logs the owner committed meanwhile, and the stats (at most twice a second:
+        stats list the repository's files)."""
         now = time.monotonic()
         with self._lock:
             if now - self._refreshed < _REFRESH_S:
@@ -100,6 +107,7 @@ class Api:
             self._refreshed = now
         if self.repo.read_only:
             self.repo.refresh()
+        self._stats = self.repo.stats()
 
     def _version(self) -> tuple:
         return (self.repo.min_event_id, self.repo.max_event_id)
@@ -121,7 +129,7 @@ class Api:
 
     def info(self, params: Params) -> dict:
         _only(params, set())
-        st = self.repo.stats()
+        st = self._stats
         return {
             "path": self.repo.path,
             "events": st.events,
@@ -193,7 +201,7 @@ class Api:
                 }
             )
             counts = self._memoized(
-                ("edges", run, c.number), lambda c=c: index.parent_counts(run, c.number)
+                ("edges", run, c.number), partial(index.parent_counts, run, c.number)
             )
             for parent in sorted(set(c.parents) | set(counts)):
                 if parent in info.capture_points and parent != c.number:
@@ -252,7 +260,7 @@ class Api:
             "count": len(events),
             "limit": limit,
             "query": query,
-            "events_not_indexed": self.repo.stats().events_not_indexed,
+            "events_not_indexed": self._stats.events_not_indexed,
         }
 
     def event(self, text: str, params: Params) -> dict:
@@ -366,7 +374,7 @@ def _attr(text: str) -> tuple[str, str]:
     return name, value
 
 
-def _ref(text: str):
+def _ref(text: str) -> RecordRef:
     try:
         return parse_record_ref(text)
     except BadInput:
@@ -413,7 +421,7 @@ def _event_dict(ev: ProvenanceEvent) -> dict:
     return d
 
 
-def _cp_dict(c) -> dict:
+def _cp_dict(c: CapturePointInfo) -> dict:
     return {
         "capture_point": c.number,
         "component_id": c.component_id,
@@ -426,14 +434,14 @@ def _cp_dict(c) -> dict:
     }
 
 
-def _culprit_dict(c) -> dict:
+def _culprit_dict(c: Culprit) -> dict:
     d = c.to_dict()
     d["record"] = format_record_id(c.record_id) if c.record_id >= 0 else None
     d["data"] = data_text(d["data"], 2000)
     return d
 
 
-def _links(index, run: str, ids: np.ndarray, in_lineage: bool) -> list[dict]:
+def _links(index: LineageIndex, run: str, ids: np.ndarray, in_lineage: bool) -> list[dict]:
     """Record ids as links: triple, integer, event id, component."""
     if not len(ids):
         return []

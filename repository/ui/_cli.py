@@ -17,11 +17,11 @@ def _port(text: str) -> int:
     return v
 
 
-def cmd_ui(args) -> int:
+def cmd_ui(args: argparse.Namespace) -> int:
     return serve(args.repo, args.host, args.port)
 
 
-def register(sub) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "ui",
         help="serve a read-only provenance UI (search, events, lineage graphs, runs)",

@@ -263,13 +263,13 @@ class _Picture:
         x, y = _layout(ncol, ncp, nkey, is_group, es, ed)
 
         nodes = self._record_nodes(alone_ids, x[:n_alone], y[:n_alone])
-        nodes += self._group_nodes(groups, gcount, x[n_alone:], y[n_alone:], ncp[n_alone:])
+        nodes += self._group_nodes(groups, gcount, x[n_alone:], y[n_alone:])
         ids = [n["id"] for n in nodes]
         edges = [
             {"source": ids[a], "target": ids[b], "count": c}
             for a, b, c in zip(es.tolist(), ed.tolist(), ecount.tolist())
         ]
-        columns = self._columns(cps, ncp, ncol, x)
+        columns = self._columns(cps, ncp, x)
         return {
             "run": req.run,
             "root": format_record_id(req.root),
@@ -285,7 +285,9 @@ class _Picture:
             "columns": columns,
         }
 
-    def _choose(self, recs, cps, parts) -> tuple[np.ndarray, bool]:
+    def _choose(
+        self, recs: np.ndarray, cps: np.ndarray, parts: np.ndarray
+    ) -> tuple[np.ndarray, bool]:
         """Which records are shown alone; True when `limit` kept an expanded group partly
         collapsed."""
         req = self.req
@@ -363,7 +365,9 @@ class _Picture:
             )
         return out
 
-    def _group_nodes(self, groups, counts, x, y, ncp) -> list[dict]:
+    def _group_nodes(
+        self, groups: np.ndarray, counts: np.ndarray, x: np.ndarray, y: np.ndarray
+    ) -> list[dict]:
         out = []
         expanded = set(self.req.expand)
         for k, g in enumerate(groups.tolist()):
@@ -386,7 +390,7 @@ class _Picture:
             )
         return out
 
-    def _columns(self, cps, ncp, ncol, x) -> list[dict]:
+    def _columns(self, cps: np.ndarray, ncp: np.ndarray, x: np.ndarray) -> list[dict]:
         ucp, _, counts = group_ids(cps)
         per_cp = dict(zip(ucp.tolist(), counts.tolist()))
         xs: dict[int, float] = {}
@@ -424,7 +428,14 @@ def data_text(value: Any, limit: int | None = None) -> str | None:
     return text
 
 
-def _layout(col, cp, key, is_group, es, ed) -> tuple[np.ndarray, np.ndarray]:
+def _layout(
+    col: np.ndarray,
+    cp: np.ndarray,
+    key: np.ndarray,
+    is_group: np.ndarray,
+    es: np.ndarray,
+    ed: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
     """x by column; y by a barycenter ordering (two sweeps each way), capture points kept in
     blocks within a column, each column centred on y = 0."""
     n = len(col)

@@ -42,6 +42,7 @@
 
   const $ = (id) => document.getElementById(id);
   const fmt = (n) => (n === null || n === undefined ? "" : Number(n).toLocaleString("en-US"));
+  const plural = (n, word) => `${fmt(n)} ${word}${Number(n) === 1 ? "" : "s"}`;
 
   function shortTime(iso) {
     return iso ? iso.replace("T", " ").replace(/(\.\d{3})\d*Z$/, "$1") : "";
@@ -111,7 +112,7 @@
           {
             record: p.get("record"),
             run: p.get("run") || "",
-            direction: p.get("direction") || "backward",
+            direction: p.get("direction") || "both",
             depth: p.get("depth") || "all",
             collapse: p.get("collapse") || "200",
             expand: p.getAll("expand"),
@@ -376,7 +377,7 @@
   // -- lineage graph ------------------------------------------------------------------------
 
   function gotoTrace(record, run) {
-    const t = { record, run: run || "", direction: "backward", depth: "all", collapse: "200", expand: [], hop: [] };
+    const t = { record, run: run || "", direction: "both", depth: "all", collapse: "200", expand: [], hop: [] };
     setView("lineage");
     openTrace(t, true).catch((e) => showError(e.message));
   }
@@ -385,7 +386,7 @@
     return {
       record: t.record,
       run: t.run,
-      direction: t.direction !== "backward" ? t.direction : "",
+      direction: t.direction !== "both" ? t.direction : "",
       depth: t.depth !== "all" ? t.depth : "",
       collapse: t.collapse !== "200" ? t.collapse : "",
       expand: t.expand,
@@ -423,9 +424,9 @@
       const ms = Math.round(performance.now() - t0);
       const groups = res.nodes.filter((n) => n.kind === "group").length;
       const records = res.nodes.length - groups;
-      let s = `${fmt(res.records)} records traced (run ${res.run}); showing ${fmt(records)} record node` +
-        `${records === 1 ? "" : "s"} and ${fmt(groups)} group${groups === 1 ? "" : "s"} ` +
-        `(${fmt(res.collapsed_records)} records collapsed) · ${ms} ms (server ${Math.round(t1 - t0)} ms)`;
+      let s = `${plural(res.records, "record")} traced (run ${res.run}); showing ` +
+        `${plural(records, "record node")} and ${plural(groups, "group")} ` +
+        `(${fmt(res.collapsed_records)} collapsed) · ${ms} ms (server ${Math.round(t1 - t0)} ms)`;
       if (res.truncated) s += " · limit reached: some expanded records stay grouped";
       $("trace-status").textContent = s;
       document.body.dataset.graph = "ready";
@@ -444,8 +445,6 @@
         "font-size": 10,
         "text-valign": "center",
         "text-halign": "center",
-        "text-wrap": "ellipsis",
-        "text-max-width": 188,
         "min-zoomed-font-size": 5,
         "border-width": 1,
         color: "#1d2330",
@@ -512,6 +511,13 @@
     { selector: "edge.counted", style: { label: "data(label)", "font-size": 10, color: "#4a5468", "text-background-color": "#fff", "text-background-opacity": 1, width: 2 } },
   ];
 
+  // Labels are clipped here: Cytoscape's own ellipsis measures every label's text, which
+  // costs seconds for a thousand nodes on a software-rendered canvas.
+  function clip(text, n) {
+    text = String(text).replace(/\s+/g, " ");
+    return text.length > n ? text.slice(0, n - 1) + "…" : text;
+  }
+
   function drawTrace(res, done) {
     if (state.graph) state.graph.cy.destroy();
     const elements = [];
@@ -520,7 +526,7 @@
       blocks.set(c.capture_point, `cp${c.capture_point}`);
       elements.push({
         group: "nodes",
-        data: { id: `cp${c.capture_point}`, label: `${c.component_id || "cp " + c.capture_point} · ${fmt(c.records)} records` },
+        data: { id: `cp${c.capture_point}`, label: `${c.component_id || "cp " + c.capture_point} · ${plural(c.records, "record")}` },
         classes: "block",
         selectable: false,
       });
@@ -528,10 +534,8 @@
     for (const n of res.nodes) {
       const label =
         n.kind === "group"
-          ? `${n.partition === null ? "all partitions" : "partition " + n.partition}\n${fmt(n.count)} ${n.rest ? "more " : ""}records`
-          : n.text !== null && n.text !== undefined
-          ? n.text
-          : n.record;
+          ? `${n.partition === null ? "all partitions" : "partition " + n.partition}\n${n.rest ? "+ " : ""}${plural(n.count, "record")}`
+          : clip(n.text !== null && n.text !== undefined ? n.text : n.record, 34);
       const classes = [n.kind, n.root ? "root" : "", n.more && n.more.length ? "more" : "", n.rest ? "rest" : ""];
       elements.push({
         group: "nodes",
@@ -547,11 +551,12 @@
         classes: e.count > 1 ? "counted" : "",
       });
     });
-    const big = res.nodes.length > 1500;
+    const big = res.nodes.length > 300;
     const cy = cytoscape({
       container: $("trace-graph"),
       elements,
-      style: GRAPH_STYLE,
+      // Many edges: haystack lines (no arrows: the layers already say which way) draw fast.
+      style: big ? GRAPH_STYLE.concat([{ selector: "edge", style: { "curve-style": "haystack", "target-arrow-shape": "none" } }]) : GRAPH_STYLE,
       layout: { name: "preset", fit: false },
       minZoom: 0.02,
       maxZoom: 3,
