@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -11,7 +10,7 @@ import numpy as np
 
 from journals import unpack_record_ids
 
-from .. import RunInfo, resolve_record
+from .. import RunInfo, jsonable, resolve_record
 from ._args import (
     add_json_flag,
     non_negative_int,
@@ -54,18 +53,10 @@ def cmd_trace(args: argparse.Namespace) -> int:
                 loc = ev.location
                 row["location"] = {"uri": loc.uri, "offset": loc.offset, "length": loc.length}
             if data is not None:
-                row["data"] = _jsonable(data[k])
+                row["data"] = jsonable(data[k])
             rows.append(row)
         out.json_lines(rows)
     return 0
-
-
-def _jsonable(value: Any) -> Any:
-    try:
-        json.dumps(value)
-        return value
-    except (TypeError, ValueError):
-        return repr(value)
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
@@ -124,7 +115,7 @@ def cmd_culprits(args: argparse.Namespace) -> int:
             if not args.data:
                 row.pop("data")
             else:
-                row["data"] = _jsonable(row["data"])
+                row["data"] = jsonable(row["data"])
             rows.append(row)
         out.json_lines(rows)
     return 0

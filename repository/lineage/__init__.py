@@ -5,7 +5,7 @@ and nothing in the core imports it."""
 from ._culprits import Culprit, event_data, find_culprits
 from ._index import RUN_COMPONENT_TYPE, BatchLoc, CapturePointInfo, LineageIndex, RunInfo
 from ._mine import ActorInstance, MineReport, mine
-from ._raw import read_range, read_ranges
+from ._raw import jsonable, read_range, read_ranges
 from ._records import (
     RecordRef,
     format_record_id,
@@ -27,6 +27,7 @@ __all__ = [
     "event_data",
     "find_culprits",
     "format_record_id",
+    "jsonable",
     "mine",
     "parse_record_id",
     "parse_record_ref",

@@ -396,17 +396,7 @@ class LineageIndex:
 
     def parents(self, run: str, record_ids: np.ndarray) -> np.ndarray:
         """The distinct parent record ids of the given records (backward hop)."""
-        self.refresh()
-        ids = unique_ids(np.asarray(record_ids, dtype=np.int64))
-        out = []
-        for _, loc, positions in self._group(run, ids):
-            evs = loc.first_event_id + positions - loc.pos_start
-            for sl, local in self._slices_for(loc, evs):
-                if sl.parents is None:
-                    continue
-                lo, hi = sl.starts[local], sl.starts[local + 1]
-                out.append(_gather_ranges(sl.parents, lo, hi))
-        return unique_ids(np.concatenate(out)) if out else np.array([], dtype=np.int64)
+        return unique_ids(self.parent_pairs(run, record_ids)[1])
 
     def children(self, run: str, record_ids: np.ndarray, info: RunInfo | None = None) -> np.ndarray:
         """The distinct records that have any of these records as a parent (forward hop)."""

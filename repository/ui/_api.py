@@ -10,7 +10,6 @@ ever writes. Record ids go out both as integers (as the CLI prints them) and as
 from __future__ import annotations
 
 import datetime as dt
-import json
 import threading
 import time
 from collections.abc import Callable
@@ -32,6 +31,7 @@ from .. import (
     ProvenanceRepository,
     RecordRef,
     format_record_id,
+    jsonable,
     parse_record_ref,
     resolve_record,
 )
@@ -285,7 +285,7 @@ class Api:
         data = self.repo.event_data(ev)
         out = {
             "event": _event_dict(ev),
-            "data": _jsonable(data),
+            "data": jsonable(data),
             "data_text": data_text(data, _DATA),
             "lineage_record": is_record,
         }
@@ -460,11 +460,3 @@ def _links(index: LineageIndex, run: str, ids: np.ndarray, in_lineage: bool) -> 
             }
         )
     return out
-
-
-def _jsonable(value: Any) -> Any:
-    try:
-        json.dumps(value)
-        return value
-    except (TypeError, ValueError):
-        return repr(value)
