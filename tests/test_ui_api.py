@@ -279,6 +279,30 @@ def test_runs_run_view_events_and_search(world):
     assert only["count"] == 0
 
 
+def test_run_view_marks_mining_suspects(tmp_path):
+    """A map task that emits 25 records for three of its inputs (Newt's fault) is marked."""
+    cps = [
+        cp(1, "parallelize#0", "parallelize", dependency="source"),
+        cp(2, "flatMap#1", "flatMap", [1]),
+    ]
+    records = {}
+    for p in range(4):
+        records[(1, p)] = 50
+        records[(2, p)] = [
+            [record_id_base(1, p) + i]
+            for i in range(50)
+            for _ in range(25 if p == 3 and i in (4, 17, 30) else 1)
+        ]
+    with ProvenanceRepository.open(tmp_path / "r", RepositoryConfig(sync="none")) as repo:
+        write_run(repo, "faulty", cps, records)
+        view = Api(repo).run("faulty", {})
+    marked = {n["capture_point"]: n["suspects"] for n in view["nodes"]}
+    assert marked == {1: 0, 2: 1}
+    (s,) = view["suspects"]
+    assert (s["capture_point"], s["partition"], s["rank"]) == (2, 3, 1)
+    assert set(s["outlier_examples"]) == {"1:3:4", "1:3:17", "1:3:30"}
+
+
 BAD = [
     ("/api/trace/1:0:0", {"direction": ["sideways"]}, 400),
     ("/api/trace/1:0:0", {"depth": ["0"]}, 400),
