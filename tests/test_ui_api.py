@@ -213,6 +213,29 @@ def test_limit_expand_and_hops(world):
     assert pn["more"] == []
 
 
+def test_overlapping_expansions_count_each_association_once(world):
+    """Hops over records the trace already expanded (either way) add nothing twice."""
+    api, parents = world["api"], world["parents"]
+    root = outputs(parents)[0]
+    (reducer,) = parents[root]
+    mapped = parents[reducer][0]
+    (source,) = parents[mapped]
+    hops = [f"backward:{fmt(reducer)}", f"forward:{fmt(source)}", f"forward:{fmt(mapped)}"]
+    got = picture(api, root, direction="both", collapse=5000, limit=5000, hop=hops)
+    recs, edges = walk(parents, root, False)
+    for extra, fwd in ((source, True), (mapped, True)):
+        more, e = walk(parents, extra, fwd, depth=1)
+        recs |= more
+        for pair, k in e.items():
+            edges[pair] = max(edges[pair], k)  # the same association, not a second one
+    ids = {n["id"]: n["record_id"] for n in got["nodes"]}
+    assert set(ids.values()) == recs
+    shown = Counter()
+    for e in got["edges"]:
+        shown[(ids[e["source"]], ids[e["target"]])] += e["count"]
+    assert shown == edges
+
+
 def test_layout_is_layered_by_capture_point(world):
     api, parents = world["api"], world["parents"]
     got = picture(api, outputs(parents)[0], collapse=5000)

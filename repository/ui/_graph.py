@@ -116,11 +116,8 @@ class TraceGraphs:
         for rid, way in req.hops:
             one = np.array([rid], dtype=np.int64)
             parts.append(self._one_way(req.run, info, one, way == "forward", 1))
-        walk = _Walk(
-            unique_ids(np.concatenate([w.records for w in parts])),
-            np.concatenate([w.src for w in parts]),
-            np.concatenate([w.dst for w in parts]),
-        )
+        src, dst = _associations(parts)
+        walk = _Walk(unique_ids(np.concatenate([w.records for w in parts])), src, dst)
         for way in ("backward", "forward"):
             ways = [w for w in parts if way in w.cut]
             if not ways:
@@ -169,6 +166,28 @@ class TraceGraphs:
                 raise RuntimeError("lineage trace does not terminate (cycle in stored lineage?)")
         name = "forward" if forward else "backward"
         return _Walk(seen, np.concatenate(src), np.concatenate(dst), {name: frontier}, {name: hops})
+
+
+def _associations(walks: list[_Walk]) -> tuple[np.ndarray, np.ndarray]:
+    """Every association the walks followed, once: a record expanded backward brings all of
+    its parent associations (a hop may expand it again, or a forward walk reach them from the
+    parent's side), a record expanded forward all of its child associations."""
+    back = [w for w in walks if "backward" in w.cut]
+    fwd = [w for w in walks if "forward" in w.cut]
+    srcs, dsts = [], []
+    done = np.array([], dtype=np.int64)  # children whose parents are in
+    for w in back:
+        keep = ~isin_sorted(w.dst, done)
+        srcs.append(w.src[keep])
+        dsts.append(w.dst[keep])
+        done = unique_ids(np.concatenate([done, w.dst]))
+    out_done = np.array([], dtype=np.int64)  # parents whose children are in
+    for w in fwd:
+        keep = ~isin_sorted(w.src, out_done) & ~isin_sorted(w.dst, done)
+        srcs.append(w.src[keep])
+        dsts.append(w.dst[keep])
+        out_done = unique_ids(np.concatenate([out_done, w.src]))
+    return np.concatenate(srcs), np.concatenate(dsts)
 
 
 def _goes(req: GraphRequest, direction: str) -> bool:
