@@ -184,6 +184,10 @@ def test_limit_expand_and_hops(world):
     small = picture(api, root, limit=3)
     alone = [n for n in small["nodes"] if n["kind"] == "record"]
     assert len(alone) <= 3 and any(n["root"] for n in alone)
+    # The root and the records hopped from are always shown, even past the limit.
+    (reducer,) = parents[root]
+    tiny = picture(api, root, limit=1, hop=[f"backward:{fmt(reducer)}"])
+    assert {n["record_id"] for n in tiny["nodes"] if n["kind"] == "record"} == {root, reducer}
     counted = len(alone) + sum(n["count"] for n in small["nodes"] if n["kind"] == "group")
     assert counted == len(recs)  # nothing lost: the rest is in groups
 

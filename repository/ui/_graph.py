@@ -315,7 +315,7 @@ class _Picture:
         ucp, inv, counts = group_ids(cps)
         alone_cp = counts <= req.collapse
         # The record budget: collapse the largest capture points first.
-        while counts[alone_cp].sum() + pinned[~alone_cp[inv]].sum() > req.limit:
+        while alone_cp.any() and counts[alone_cp].sum() + pinned[~alone_cp[inv]].sum() > req.limit:
             biggest = int(np.argmax(np.where(alone_cp, counts, -1)))
             alone_cp[biggest] = False
         alone = alone_cp[inv] | pinned
