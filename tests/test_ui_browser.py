@@ -114,7 +114,7 @@ def graph_ready(d, previous: str | None = None):
 
 def nodes(d) -> list[dict]:
     return d.execute_script(
-        "return provrepo.graph().nodes().filter(n => !n.hasClass('block')).map(n => n.data())"
+        "return provrepo.graph().nodes('.record, .group').map(n => n.data())"
     )
 
 
