@@ -44,7 +44,7 @@ from _common import median, percentile, report
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
 import _browser
-from _runs import cp, write_run
+from _events import cp, write_run
 
 from journals import record_id_base
 from repository import ProvenanceRepository, RepositoryConfig, format_record_id

@@ -19,7 +19,7 @@ import time
 from collections import Counter, deque
 
 import pytest
-from _runs import cp, write_run
+from _events import cp, write_run
 
 from journals import EventType, ProvenanceEvent, record_id_base, unpack_record_id
 from repository import BadInput, NotFound, ProvenanceRepository, RepositoryConfig

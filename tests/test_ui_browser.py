@@ -113,9 +113,7 @@ def graph_ready(d, previous: str | None = None):
 
 
 def nodes(d) -> list[dict]:
-    return d.execute_script(
-        "return provrepo.graph().nodes('.record, .group').map(n => n.data())"
-    )
+    return d.execute_script("return provrepo.graph().nodes('.record, .group').map(n => n.data())")
 
 
 def node_ids(d) -> str:
