@@ -1,6 +1,7 @@
 """Journals: the event model, its codec, and append-only journal files (writers and readers).
 
-This package imports nothing else of provrepo, and nothing heavy: Spark Python workers import it.
+This package imports nothing else of provrepo, and nothing heavy: Spark Python workers import it
+(the journal stream to the driver, `_stream`, is the standard library: socket, hmac).
 """
 
 from ._codec import EventsPayload, decode_event, decode_events
@@ -20,10 +21,20 @@ from ._ids import (
 from ._loop import BackgroundLoop
 from ._model import EventType, LineageBatch, Location, ProvenanceEvent
 from ._reader import JournalProblem, JournalReader
+from ._stream import (
+    MARKER_NAME,
+    StreamError,
+    StreamJournalWriter,
+    StreamReceiver,
+    containers_visible,
+    server_handshake,
+    use_stream,
+)
 from ._writer import (
     OPEN_SUFFIX,
     SEALED_SUFFIX,
     SYNC_POLICIES,
+    TRANSPORTS,
     JournalError,
     JournalWriter,
     WriterSpec,
@@ -31,12 +42,14 @@ from ._writer import (
 )
 
 __all__ = [
+    "MARKER_NAME",
     "MAX_PARTITION",
     "MAX_POSITION",
     "OPEN_SUFFIX",
     "SEALED_SUFFIX",
     "SYNC_POLICIES",
     "TMP_SUFFIX",
+    "TRANSPORTS",
     "BackgroundLoop",
     "EventType",
     "EventsPayload",
@@ -47,7 +60,11 @@ __all__ = [
     "LineageBatch",
     "Location",
     "ProvenanceEvent",
+    "StreamError",
+    "StreamJournalWriter",
+    "StreamReceiver",
     "WriterSpec",
+    "containers_visible",
     "decode_event",
     "decode_events",
     "dir_bytes",
@@ -60,8 +77,10 @@ __all__ = [
     "listdir",
     "pack_record_id",
     "record_id_base",
+    "server_handshake",
     "unique_ids",
     "unpack_record_id",
     "unpack_record_ids",
+    "use_stream",
     "write_atomic",
 ]
