@@ -6,6 +6,7 @@ from ._ageoff import AgeOffReport
 from ._config import RepositoryConfig, parse_duration, parse_size
 from ._errors import BadInput, ConfigError, NotFound, RepositoryError, RepositoryLocked
 from ._export import ExportBatch, ExportCursor
+from ._receiver import ReceiverStats
 from ._repository import ProvenanceRepository
 from ._rollover import RolloverError, RolloverStats
 from ._stats import RepositoryStats
@@ -40,6 +41,7 @@ __all__ = [
     "MineReport",
     "NotFound",
     "ProvenanceRepository",
+    "ReceiverStats",
     "RecordRef",
     "RepositoryConfig",
     "RepositoryError",

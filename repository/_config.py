@@ -9,7 +9,7 @@ import os
 import re
 from dataclasses import dataclass, field
 
-from journals import SYNC_POLICIES
+from journals import SYNC_POLICIES, TRANSPORTS
 
 from ._errors import ConfigError
 
@@ -78,6 +78,12 @@ class RepositoryConfig:
     sync: "seal" (fsync when a journal is sealed), "batch" (fsync every append), "none" (tests).
     indexed_attributes: event attributes made searchable.
     index_shard_size: bytes after which a new index shard starts.
+    transport: how Spark executors hand their journals to the repository. "auto": write
+        them into the containers where an executor sees them (a shared filesystem), else
+        stream them to a receiver in the driver (started by `LineageContext` for cluster
+        masters); "shared": always the containers; "socket": always the receiver.
+    transport_port: the receiver's TCP port (0: any free port; set one to open it in a
+        firewall).
     """
 
     # Not "journals": a directory of that name beside a script would shadow the package.
@@ -93,6 +99,8 @@ class RepositoryConfig:
     indexed_attributes: tuple[str, ...] = ()
     index_shard_size: int = 512 * 1024 * 1024
     compression_threads: int = 2
+    transport: str = "auto"
+    transport_port: int = 0
     extra: dict = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -141,6 +149,11 @@ class RepositoryConfig:
         if self.index_shard_size < 1024 * 1024:
             raise ConfigError("index_shard_size: must be at least 1MiB")
         self._int_range("compression_threads", 1, 64)
+        if self.transport not in TRANSPORTS:
+            raise ConfigError(
+                f"transport: must be one of {', '.join(TRANSPORTS)}, got {self.transport!r}"
+            )
+        self._int_range("transport_port", 0, 65535)
 
     def _int_range(self, name: str, lo: int, hi: int) -> None:
         v = getattr(self, name)

@@ -7,14 +7,26 @@ the index, age-off to `AgeOff`, lineage, culprits and mining to `repository.line
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
+import secrets
 from collections.abc import Callable, Iterable, Sequence
 from types import TracebackType
 from typing import Any
 
-from journals import LineageBatch, ProvenanceEvent, WriterSpec, write_atomic
+import msgspec
+
+from journals import (
+    MARKER_NAME,
+    TRANSPORTS,
+    JournalWriter,
+    LineageBatch,
+    ProvenanceEvent,
+    WriterSpec,
+    write_atomic,
+)
 
 from . import _search
 from ._ageoff import AgeOff, AgeOffReport
@@ -26,6 +38,7 @@ from ._idgen import IdGenerator
 from ._indexing import RepositoryIndex
 from ._layout import Layout
 from ._lock import OwnerLock
+from ._receiver import JournalReceiver, ReceiverStats, files_spec
 from ._recovery import RecoveryReport, recover
 from ._rollover import Rollover, RolloverStats, sealed_journals
 from ._stats import RepositoryStats, repository_stats
@@ -63,9 +76,11 @@ class ProvenanceRepository:
         self._closed = False
         self._store = LogStore(self.layout)
         self._ids = IdGenerator(self.layout)
-        self._pool = WriterPool(
-            self.writer_spec(), len(self.containers) * config.journals_per_container
-        )
+        self._files = files_spec(self.containers, config.sync, config.journals_per_container)
+        self._token = ""  # each container's marker while the receiver runs
+        self._receiver: JournalReceiver | None = None
+        self._receiver_stats: ReceiverStats | None = None
+        self._pool = WriterPool(self._files, len(self.containers) * config.journals_per_container)
         self._rollover = Rollover(
             self.layout, config, self.containers, self._store, self._ids, self._pool
         )
@@ -156,6 +171,7 @@ class ProvenanceRepository:
         if self._closed:
             return
         self._closed = True
+        self.stop_receiver()  # no journal may arrive after the final rollover
         self._rollover.stop()
         self._ageoff.stop()
         try:
@@ -188,13 +204,72 @@ class ProvenanceRepository:
 
     # -- writing -----------------------------------------------------------------------------
 
-    def writer_spec(self) -> WriterSpec:
-        """What another process needs to write journals into this repository."""
-        return WriterSpec(
-            containers=list(self.containers),
-            sync=self.config.sync,
-            journals_per_container=self.config.journals_per_container,
+    def writer_spec(self, transport: str | None = None) -> WriterSpec:
+        """What another process (a Spark task) needs to write journals into this repository.
+
+        `transport` (default: the configured one) says where its writers put them: "shared"
+        files in the containers; with a receiver running (`start_receiver`), "socket" streams
+        to it and "auto" writes files where the process sees the containers, else streams."""
+        mode = self.config.transport if transport is None else transport
+        if mode not in TRANSPORTS:
+            raise BadInput(f"transport must be one of {', '.join(TRANSPORTS)}, got {mode!r}")
+        rx = self._receiver
+        if rx is None or mode == "shared":
+            if mode == "socket":
+                raise BadInput("transport 'socket' needs a journal receiver: start_receiver()")
+            return self._files
+        return msgspec.structs.replace(
+            self._files,
+            transport=mode,
+            receiver=rx.address,
+            container_token=self._token,
+            secret=rx.secret_hex,
         )
+
+    def start_receiver(
+        self, host: str = "127.0.0.1", *, bind_host: str | None = None, port: int | None = None
+    ) -> tuple[str, int]:
+        """Take journals from processes that cannot reach the containers (Spark executors
+        without the shared filesystem): a TCP receiver on `bind_host` (default `host`) and
+        `port` (default: the configured `transport_port`, 0 = any), which seals each journal
+        into a container before acknowledging it. Clients must hold the secret that
+        `writer_spec()` then carries. Returns (host, port) clients connect to; a second call
+        returns the running receiver's."""
+        self._check_writable()
+        if self._receiver is None:
+            # Executors in "auto" mode write files only where they see this very token.
+            token = secrets.token_hex(16)
+            sync = self.config.sync != "none"
+            for c in self.containers:
+                write_atomic(os.path.join(c, MARKER_NAME), token.encode(), sync)
+            self._token = token
+            rx = JournalReceiver(
+                self._receive_journal,
+                host,
+                self.config.transport_port if port is None else port,
+                bind_host=bind_host,
+            )
+            rx.start()
+            self._receiver = rx
+            self._receiver_stats = rx.stats
+        return self._receiver.address
+
+    def stop_receiver(self) -> None:
+        """Stop the journal receiver (streams under way are dropped); no-op if none runs."""
+        rx, self._receiver = self._receiver, None
+        if rx is not None:
+            rx.stop()
+            for c in self.containers:
+                with contextlib.suppress(OSError):
+                    os.unlink(os.path.join(c, MARKER_NAME))
+
+    @property
+    def receiver_stats(self) -> ReceiverStats | None:
+        """What the journal receiver did (the last one to run; None if none ran)."""
+        return self._receiver_stats
+
+    def _receive_journal(self, tag: str) -> JournalWriter:
+        return JournalWriter.create(self._files, tag)
 
     def register_events(self, events: Iterable[ProvenanceEvent] | LineageBatch) -> int:
         """Write driver-side events (or one lineage batch); they get ids at the next rollover."""
