@@ -7,6 +7,7 @@ import uuid
 from collections.abc import Iterable
 from typing import Any
 
+from journals import TRANSPORTS
 from repository import BadInput, Culprit, ProvenanceRepository
 
 from ._compile import SparkCompiler
@@ -29,6 +30,12 @@ class LineageContext:
       and fails the job as Spark would; "skip" records it, drops the record and goes on.
     - `capture=False` runs the same pipelines without recording lineage (`lineage()` then
       has nothing to trace).
+    - `transport`: how executors hand their journals over (default: the repository's
+      `RepositoryConfig.transport`). "auto": into the journal containers where an executor
+      sees them (a shared filesystem), else streamed to a receiver this context starts in
+      the driver on `spark.driver.host` (cluster masters only: local executors always see
+      the containers); "shared": always the containers; "socket": always the receiver.
+      Either way a task returns only once its lineage is durable in the repository.
     """
 
     def __init__(
@@ -39,6 +46,7 @@ class LineageContext:
         run_id: str | None = None,
         on_error: str = "fail",
         capture: bool = True,
+        transport: str | None = None,
     ) -> None:
         sc = getattr(spark, "sparkContext", spark)
         if not hasattr(sc, "parallelize") or not hasattr(sc, "runJob"):
@@ -49,13 +57,21 @@ class LineageContext:
             raise BadInput("LineageContext needs a repository opened for writing (its owner)")
         if on_error not in _ON_ERROR:
             raise BadInput(f"on_error must be one of {', '.join(_ON_ERROR)}, got {on_error!r}")
+        mode = repo.config.transport if transport is None else transport
+        if mode not in TRANSPORTS:
+            raise BadInput(f"transport must be one of {', '.join(TRANSPORTS)}, got {mode!r}")
         self.sc = sc
         check_capture_python(sc)  # fails now, not in every task, if workers cannot capture
         self.repo = repo
         self.run_id = run_id or f"run-{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:6]}"
         self.on_error = on_error
         self.capture = capture
-        self.writer_spec = repo.writer_spec()
+        local = str(sc.master).startswith("local")
+        if mode == "socket" or (mode == "auto" and not local):
+            host, bind = driver_address(sc, local)
+            repo.start_receiver(host, bind_host=bind)
+        self.transport = mode
+        self.writer_spec = repo.writer_spec(mode)
         # Plumbing for front-ends (this RDD agent, a DataFrame agent): names, capture points,
         # the run descriptor, actions and outputs. Users need not touch it.
         self.planner = Planner(repo, self.run_id, app=sc.appName, spark_version=sc.version, sc=sc)
@@ -136,3 +152,16 @@ class LineageContext:
 
     def __repr__(self) -> str:
         return f"LineageContext(run_id={self.run_id!r}, repo={self.repo.path!r})"
+
+
+def driver_address(sc: Any, local: bool) -> tuple[str, str | None]:
+    """(host executors reach the driver at, address to bind) for the journal receiver: the
+    ones Spark itself uses (`spark.driver.host`, `spark.driver.bindAddress`); loopback for
+    local masters, whose executors run on this machine."""
+    if local:
+        return "127.0.0.1", None
+    conf = sc.getConf()
+    host = conf.get("spark.driver.host", None)
+    if not host:
+        raise BadInput("spark.driver.host is not set: cannot place the journal receiver")
+    return host, conf.get("spark.driver.bindAddress", None)
