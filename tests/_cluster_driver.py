@@ -1,0 +1,148 @@
+"""A Spark driver for the cluster tests and `bench/cluster.py`, run as its own process (one
+process has one SparkContext, and the tests' own is a local one).
+
+    python tests/_cluster_driver.py '{"master": ..., "repo": ..., "scenario": ..., "out": ...}'
+
+It opens the repository, runs one captured scenario on the standalone cluster, closes the
+repository (its final rollover merges everything), and writes what the test needs to check
+(the run id, the action's output, what the receiver and rollover did) as JSON to "out".
+The test then opens the repository itself and checks the lineage against brute force.
+"""
+
+from __future__ import annotations
+
+import json
+import operator
+import os
+import signal
+import sys
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _cluster import EXECUTOR, children, cmdline
+
+from agent import LineageContext
+from repository import ProvenanceRepository, RepositoryConfig
+
+
+def words_of(line: str) -> list[str]:
+    return line.split("|", 1)[1].split()
+
+
+def word_count(lc: LineageContext, cfg: dict):
+    lines = lc.textFile(cfg["data"], cfg.get("partitions", 4))
+    counts = lines.flatMap(words_of).map(lambda w: (w, 1)).reduceByKey(operator.add, 3)
+    if cfg.get("slow_reduce"):
+        pause = cfg["slow_reduce"]
+
+        def slow(n: int) -> int:
+            time.sleep(pause)
+            return n
+
+        counts = counts.mapValues(slow)
+    return counts
+
+
+def join_aggregate(lc: LineageContext, cfg: dict):
+    users = lc.parallelize([tuple(r) for r in cfg["users"]], 3)
+    visits = lc.parallelize([tuple(r) for r in cfg["visits"]], 4)
+    names = users.map(lambda r: (r[0], r[1]))
+    spend = visits.map(lambda r: (r[1], r[2]))
+    return names.join(spend, 3).map(lambda kv: (kv[1][0], kv[1][1])).reduceByKey(operator.add, 2)
+
+
+SCENARIOS = {"wordcount": word_count, "join": join_aggregate}
+
+
+def kill_when_reducing(sc, worker_pid: int, done: threading.Event, killed: list) -> None:
+    """kill -9 the executor of one worker once the job's first stage has finished and a later
+    stage runs: map outputs (and their tasks' lineage) already exist on that executor, so
+    Spark must recompute tasks that had succeeded there."""
+    tracker = sc.statusTracker()
+    while not done.is_set():
+        if any(_reducing(tracker, job) for job in tracker.getActiveJobsIds()):
+            for pid in children(worker_pid):
+                if EXECUTOR in cmdline(pid):
+                    os.kill(pid, signal.SIGKILL)
+                    killed.append(pid)
+            if killed:
+                return
+        time.sleep(0.05)
+
+
+def _reducing(tracker, job: int) -> bool:
+    """The job's first stage is done (no task running, some completed), a later one runs."""
+    info = tracker.getJobInfo(job)
+    if info is None or len(info.stageIds) < 2:
+        return False
+    first_id = min(info.stageIds)
+    first = tracker.getStageInfo(first_id)
+    if first is None or first.numActiveTasks or not first.numCompletedTasks:
+        return False
+    later = (tracker.getStageInfo(s) for s in info.stageIds if s != first_id)
+    return any(s is not None and s.numActiveTasks for s in later)
+
+
+def main() -> None:
+    cfg = json.loads(sys.argv[1])
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    from pyspark.sql import SparkSession
+
+    spark = (
+        SparkSession.builder.master(cfg["master"])
+        .appName(f"provrepo-cluster-{cfg['scenario']}")
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.executor.memory", "512m")
+        .config("spark.driver.memory", "512m")
+        .config("spark.cores.max", str(cfg.get("cores", 2)))
+        .config("spark.task.maxFailures", "8")
+        .config("spark.stage.maxConsecutiveAttempts", "8")
+        .getOrCreate()
+    )
+    sc = spark.sparkContext
+    sc.setLogLevel("ERROR")
+    config = RepositoryConfig(
+        containers=tuple(cfg.get("containers") or RepositoryConfig().containers),
+        sync=cfg.get("sync", "seal"),
+        rollover_interval=3600,
+    )
+    out: dict = {}
+    try:
+        with ProvenanceRepository.open(cfg["repo"], config) as repo:
+            lc = LineageContext(spark, repo, transport=cfg.get("transport"))
+            rdd = SCENARIOS[cfg["scenario"]](lc, cfg)
+            done, killed = threading.Event(), []
+            killer = None
+            if cfg.get("kill_worker_pid"):
+                killer = threading.Thread(
+                    target=kill_when_reducing, args=(sc, cfg["kill_worker_pid"], done, killed)
+                )
+                killer.start()
+            started = time.perf_counter()
+            try:
+                result = rdd.collect()
+            finally:
+                done.set()
+                if killer is not None:
+                    killer.join()
+            out["seconds"] = time.perf_counter() - started
+            out["run_id"] = lc.run_id
+            out["output"] = result
+            out["killed"] = killed
+            out["spec_transport"] = lc.writer_spec.transport
+            repo.rollover()
+            stats = repo.receiver_stats
+            out["receiver"] = None if stats is None else vars(stats).copy()
+            out["records_skipped"] = repo.rollover_stats.records_skipped
+    finally:
+        spark.stop()
+    with open(cfg["out"], "w") as f:
+        json.dump(out, f)
+
+
+if __name__ == "__main__":
+    main()
