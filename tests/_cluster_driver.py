@@ -84,6 +84,15 @@ def _reducing(tracker, job: int) -> bool:
     return any(s is not None and s.numActiveTasks for s in later)
 
 
+def wait_for_executors(sc, n: int, timeout: float = 300.0) -> None:
+    """Until `n` executors have registered, so every worker takes tasks from the start."""
+    deadline = time.monotonic() + timeout
+    while len(sc.statusTracker().getExecutorInfos()) < n + 1:  # the driver is listed too
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{n} executors did not register within {timeout:.0f}s")
+        time.sleep(0.1)
+
+
 def main() -> None:
     cfg = json.loads(sys.argv[1])
     os.environ["PYSPARK_PYTHON"] = sys.executable
@@ -105,6 +114,7 @@ def main() -> None:
     )
     sc = spark.sparkContext
     sc.setLogLevel("ERROR")
+    wait_for_executors(sc, cfg.get("executors", 2))
     config = RepositoryConfig(
         containers=tuple(cfg.get("containers") or RepositoryConfig().containers),
         sync=cfg.get("sync", "seal"),

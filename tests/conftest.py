@@ -66,11 +66,12 @@ def spark():
 
 
 @pytest.fixture
-def lc(spark, tmp_path):
-    """A LineageContext over a fresh repository (rollover thread on, no fsync)."""
+def lc(spark, tmp_path, request):
+    """A LineageContext over a fresh repository (rollover thread on, no fsync). Parametrize
+    it indirectly with a transport ("socket": journals through the driver's receiver)."""
     from agent import LineageContext
 
     with ProvenanceRepository.open(
         tmp_path / "lineage-repo", RepositoryConfig(sync="none", rollover_interval=3600)
     ) as r:
-        yield LineageContext(spark, r)
+        yield LineageContext(spark, r, transport=getattr(request, "param", None))

@@ -105,6 +105,8 @@ def src(lc, text_path):
 # -- multi-stage pipelines ----------------------------------------------------------------------
 
 
+# Through the journal stream too: the lineage a cluster without a shared filesystem gets.
+@pytest.mark.parametrize("lc", ["shared", "socket"], indirect=True)
 def test_word_count(src, lc):
     cap, van, ref = src.text()
 
@@ -116,6 +118,7 @@ def test_word_count(src, lc):
         )
 
     check_lineage(lc, wc(cap, 2), wc(van, 2), wc(ref, 2))
+    assert (lc.repo.receiver_stats is not None) == (lc.transport == "socket")
 
 
 def test_grep(src, lc):
@@ -131,6 +134,7 @@ USERS = [(i, f"user{i % 4}", i % 3) for i in range(12)]
 VISITS = [(100 + i, i % 14, (i * 37) % 100) for i in range(40)]  # uids 12, 13: no such user
 
 
+@pytest.mark.parametrize("lc", ["shared", "socket"], indirect=True)
 def test_join_then_aggregate(src, lc):
     users, users_v, users_r = src.table(USERS)
     visits, visits_v, visits_r = src.table(VISITS, 4)
