@@ -74,7 +74,7 @@ class Error(msgspec.Struct, tag=True):
 
 
 Control = Open | Seal | Ack | Error
-_CONTROL = msgspec.msgpack.Decoder(Control)
+_CONTROL: msgspec.msgpack.Decoder[Control] = msgspec.msgpack.Decoder(Control)
 _ENCODE = msgspec.msgpack.Encoder()
 
 
