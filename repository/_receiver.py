@@ -1,7 +1,7 @@
 """The driver side of the journal stream (`journals._stream`): a TCP server that takes journals
 from Spark executors that cannot reach the repository's containers, seals each one into a
 container (flush, fsync, rename) and only then acknowledges it, so a task that returns has its
-lineage durable here (invariant 8).
+lineage durable here (README Guarantee 7).
 
 - It binds the address the driver already uses for Spark (`spark.driver.host`), or loopback.
 - A client must prove it holds the per-application secret (HMAC over a fresh nonce; the

@@ -106,7 +106,7 @@ def test_fail_policy_culprits_carry_their_raw_data(lc, tmp_path):
 
 @pytest.mark.parametrize("lc", ["socket"], indirect=True)
 def test_a_task_whose_lineage_cannot_be_made_durable_fails(lc):
-    """Invariant 8 the other way round: when the receiver cannot take a task's journal, the
+    """Guarantee 7 the other way round: when the receiver cannot take a task's journal, the
     task fails (Spark retries it, then fails the job) rather than succeeding without its
     lineage."""
     lc.repo.stop_receiver()
