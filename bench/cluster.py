@@ -14,7 +14,8 @@ driver. Word count (the same as `bench/capture.py`'s) runs captured, alternating
              the driver's receiver, which seals each one before acknowledging it;
 - vanilla:   plain PySpark, for scale.
 
-Each figure is the median of --runs; the goal is transport / shared <= 1.10x. Also printed:
+Each figure is the median of --runs (the two captured variants swap order every run); the
+goal is transport / shared <= 1.10x. Also printed:
 lineage bytes shipped per second through the receiver during the transport runs (bytes
 received / job seconds), and the receiver's own ceiling, measured with two clients in this
 process streaming 8 MiB batches to it.
@@ -121,7 +122,7 @@ def receiver_ceiling(tmp: str, clients: int = 2, batches: int = 12) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--size-mb", type=float, default=50.0)
-    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--runs", type=int, default=5)
     ap.add_argument(
         "--no-namespaces",
         action="store_true",
@@ -166,14 +167,23 @@ def main() -> None:
         wordcount(sc.textFile(text)).count()  # warm up the executors' Python workers
         times: dict[str, list[float]] = {"vanilla": [], "shared": [], "transport": []}
         shipped = []
+        # Without namespaces the workers see the containers: "auto" would write files.
+        mode = "socket" if args.no_namespaces else "auto"
         for r in range(args.runs):
             t = time.perf_counter()
             vanilla = len(wordcount(sc.textFile(text)).collect())
             times["vanilla"].append(time.perf_counter() - t)
-            shared = captured_run(spark, hidden / f"shared-{r}", tmp / f"containers-{r}", text)
-            # Without namespaces the workers see the containers: "auto" would write files.
-            mode = "socket" if args.no_namespaces else "auto"
-            transport = captured_run(spark, hidden / f"transport-{r}", None, text, mode)
+            variants = {
+                "shared": lambda r=r: captured_run(
+                    spark, hidden / f"shared-{r}", tmp / f"containers-{r}", text
+                ),
+                "transport": lambda r=r: captured_run(
+                    spark, hidden / f"transport-{r}", None, text, mode
+                ),
+            }
+            order = ["shared", "transport"] if r % 2 == 0 else ["transport", "shared"]
+            done = {name: variants[name]() for name in order}  # alternating which goes first
+            shared, transport = done["shared"], done["transport"]
             assert shared["words"] == transport["words"] == vanilla, "results differ"
             assert shared["sealed"] == 0, "shared run went through the receiver"
             assert transport["sealed"] > 0, "transport run did not stream"
