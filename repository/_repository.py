@@ -27,6 +27,7 @@ from ._indexing import RepositoryIndex
 from ._layout import Layout
 from ._lock import OwnerLock
 from ._recovery import RecoveryReport, recover
+from ._retired import load_retired, retire
 from ._rollover import Rollover, RolloverStats, sealed_journals
 from ._stats import RepositoryStats, repository_stats
 from ._store import LogStore
@@ -79,6 +80,7 @@ class ProvenanceRepository:
             config.max_storage_time,
             config.max_storage_bytes,
             interval=min(config.rollover_interval, 60.0),
+            retire=lambda tocs: retire(self.layout, tocs, config.sync != "none"),
         )
 
     # -- opening and closing -----------------------------------------------------------------
@@ -140,7 +142,7 @@ class ProvenanceRepository:
         write_atomic(self.layout.config, json.dumps(self.config.to_json(), indent=2).encode())
         self.recovery = recover(self.layout, self.containers, self._store)
         self._ids.load(self._store.next_id)
-        self._rollover.load(self._store.tocs())
+        self._rollover.load(self._store.tocs(), load_retired(self.layout))
         if sealed_journals(self.containers):
             self.rollover()  # redo an interrupted rollover before anyone reads
         # Index: recover (re-index past the checkpoint), then index each rollover's log.

@@ -285,8 +285,11 @@ class Rollover:
         )
         self._watcher: JournalWatcher | None = None
 
-    def load(self, tocs: list[Toc]) -> None:
-        """Learn which task attempts the committed logs kept (at open, before any merge)."""
+    def load(self, tocs: list[Toc], retired: dict[tuple[str, str, int], int] | None = None) -> None:
+        """Learn which task attempts the committed logs kept (at open, before any merge), and
+        those of aged-off logs (`retired`: they were merged first, so they win)."""
+        if retired:
+            self._registry.commit(retired)
         self._registry.load(tocs)
 
     def add_listener(self, callback: RolloverListener) -> None:
