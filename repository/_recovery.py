@@ -14,7 +14,7 @@ import logging
 import os
 from dataclasses import dataclass, field
 
-from journals import fsync_dir, listdir, write_atomic
+from journals import fsync_dir, listdir, makedirs_durable, write_atomic
 
 from ._blocks import BLOCK_HEADER, BatchSlice, EventRun, decode_block
 from ._errors import RepositoryError
@@ -79,7 +79,7 @@ def recover(layout: Layout, containers: list[str], store: LogStore) -> RecoveryR
     # leaves the mark below the logs; raise it now, or deleting that log (by hand, age-off)
     # would let its ids be handed out again (README Guarantee 3).
     if store.next_id > IdGenerator.read_high_water(layout):
-        os.makedirs(layout.state, exist_ok=True)
+        makedirs_durable(layout.state)
         write_atomic(layout.id_high_water, f"{store.next_id}\n".encode())
         rep.high_water_raised_to = store.next_id
 

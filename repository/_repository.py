@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Sequence
 from types import TracebackType
 from typing import Any
 
-from journals import LineageBatch, ProvenanceEvent, WriterSpec, write_atomic
+from journals import LineageBatch, ProvenanceEvent, WriterSpec, makedirs_durable, write_atomic
 
 from . import _search
 from ._ageoff import AgeOff, AgeOffReport
@@ -111,7 +111,7 @@ class ProvenanceRepository:
             return repo
         if os.path.exists(path) and not os.path.isdir(path):
             raise BadInput(f"{path} exists and is not a directory")
-        os.makedirs(path, exist_ok=True)
+        makedirs_durable(path)
         lock = OwnerLock(layout.lock)
         lock.acquire()
         try:
@@ -138,7 +138,7 @@ class ProvenanceRepository:
 
     def _open_owner(self, start_threads: bool) -> None:
         for d in (self.layout.logs, self.layout.state, *self.containers):
-            os.makedirs(d, exist_ok=True)
+            makedirs_durable(d)
         write_atomic(self.layout.config, json.dumps(self.config.to_json(), indent=2).encode())
         self.recovery = recover(self.layout, self.containers, self._store)
         self._ids.load(self._store.next_id)

@@ -15,7 +15,7 @@ import logging
 import os
 from collections.abc import Iterable
 
-from journals import write_atomic
+from journals import makedirs_durable, write_atomic
 
 from ._layout import Layout
 from ._toc import Toc
@@ -71,7 +71,7 @@ def retire(layout: Layout, tocs: Iterable[Toc], sync: bool = True) -> None:
         run: {cp: {a: _ranges(parts) for a, parts in atts.items()} for cp, atts in cps.items()}
         for run, cps in grouped.items()
     }
-    os.makedirs(layout.state, exist_ok=True)
+    makedirs_durable(layout.state)
     write_atomic(retired_path(layout), json.dumps({"version": 1, "runs": runs}).encode(), sync)
 
 

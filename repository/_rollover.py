@@ -30,6 +30,7 @@ from journals import (
     gc_paused,
     host_tag,
     listdir,
+    makedirs_durable,
 )
 
 from ._config import RepositoryConfig
@@ -184,7 +185,7 @@ def _quarantine(layout: Layout, path: str) -> None:
     """
     target = os.path.join(layout.quarantine, os.path.basename(path))
     try:
-        os.makedirs(layout.quarantine, exist_ok=True)
+        makedirs_durable(layout.quarantine)
         shutil.move(path, target)
         log.warning("journal %s had damaged frames; moved to %s", path, target)
         return
