@@ -35,6 +35,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from _common import local_spark
+
 TESTS = Path(__file__).resolve().parent.parent / "tests"
 sys.path.insert(0, str(TESTS))
 
@@ -50,33 +52,23 @@ def _kinds(text: str) -> list[str]:
     return kinds
 
 
-def _non_negative(text: str) -> int:
-    try:
-        n = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if n < 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is negative")
-    return n
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument(
         "--kills",
-        type=_non_negative,
+        type=int,
         default=None,
         help="kills of each kind (default: writer 60, index 50, ageoff 50, spark 50)",
     )
     p.add_argument("--soak", type=float, default=300.0, help="soak seconds (default 300; 0: none)")
-    p.add_argument("--soak-writers", type=_non_negative, default=4, help="default 4")
-    p.add_argument(
-        "--soak-cap", type=_non_negative, default=3_000_000, help="soak size cap, bytes (3 MB)"
-    )
+    p.add_argument("--soak-writers", type=int, default=4, help="default 4")
+    p.add_argument("--soak-cap", type=int, default=3_000_000, help="soak size cap, bytes (3 MB)")
     p.add_argument("--only", type=_kinds, default=None, help="e.g. writer,spark or soak")
     p.add_argument("--seed", type=int, default=None, help="default: random (printed)")
     p.add_argument("--dir", default=None, help="work directory (default: a temporary one)")
     args = p.parse_args(argv)
+    if (args.kills or 0) < 0 or args.soak < 0 or args.soak_writers < 1 or args.soak_cap < 1:
+        p.error("--kills and --soak must not be negative, --soak-writers and --soak-cap positive")
 
     from _crash_trials import ageoff_trials, index_trials, soak, spark_trials, writer_trials
 
@@ -99,7 +91,9 @@ def main(argv: list[str] | None = None) -> int:
             where = work / kind
             where.mkdir(exist_ok=True)
             if kind == "spark":
-                spark = _spark()
+                # local[2, 4]: a failed task is retried; the killed workers' failures are
+                # expected, so Spark's own log stays off.
+                spark = local_spark("provrepo-crash", "local[2,4]", "OFF")
                 try:
                     tally = spark_trials(spark, where, n, rng)
                 finally:
@@ -128,23 +122,6 @@ def main(argv: list[str] | None = None) -> int:
     print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     print("FAILED: a promise was broken (see above)" if failed else "every check passed")
     return 1 if failed else 0
-
-
-def _spark():
-    """A quiet local SparkSession that retries a failed task (local[2, 4]), its Python
-    workers running this interpreter."""
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    from pyspark.sql import SparkSession
-
-    spark = (
-        SparkSession.builder.master("local[2,4]")
-        .appName("provrepo-crash")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("OFF")  # the killed workers' task failures are expected
-    return spark
 
 
 if __name__ == "__main__":

@@ -39,20 +39,24 @@ SOAK_STRIDE = 10**8  # a soak writer's records: writer * SOAK_STRIDE + seq
 
 
 @dataclass
-class Tally:
-    """What one kind of trial found: kills that hit, acknowledged events checked, and how
-    many of those were lost or came back twice; `problems` for any other broken promise."""
-
-    kind: str
-    kills: int = 0
-    sealed: int = 0
+class _Outcome:
+    sealed: int = 0  # acknowledged events (or lineage records) checked
     lost: int = 0
     duplicated: int = 0
-    problems: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)  # any other broken promise
 
     @property
     def ok(self) -> bool:
         return not (self.lost or self.duplicated or self.problems)
+
+
+@dataclass
+class Tally(_Outcome):
+    """What one kind of trial found: kills that hit, acknowledged events checked, and how
+    many of those were lost or came back twice."""
+
+    kind: str = ""
+    kills: int = 0
 
     def line(self) -> str:
         return (
@@ -170,7 +174,7 @@ def ageoff_trials(workdir: Path, trials: int, rng: random.Random, per_repo: int 
 def _loop_trials(
     kind: str, workdir: Path, trials: int, rng: random.Random, per_repo: int, max_bytes
 ) -> Tally:
-    tally = Tally(kind)
+    tally = Tally(kind=kind)
     history = _History()
     root = ""
     for k in range(trials):
@@ -203,7 +207,7 @@ def _loop_trials(
 def index_trials(workdir: Path, trials: int, rng: random.Random, per_repo: int = 10) -> Tally:
     """Kill an owner just inside one of its index commits (it rolls over and indexes in a
     loop, announcing each commit)."""
-    tally = Tally("index")
+    tally = Tally(kind="index")
     history = _History()
     root = ""
     env = dict(os.environ, PYTHONPATH=TESTS + os.pathsep + os.environ.get("PYTHONPATH", ""))
@@ -244,7 +248,7 @@ def spark_trials(spark, workdir: Path, trials: int, rng: random.Random) -> Tally
 
     from agent import LineageContext
 
-    tally = Tally("spark")
+    tally = Tally(kind="spark")
     text = workdir / "spark-words.txt"
     words = ["alpha", "beta", "gamma", "delta", "ERROR", "zeta", "eta", "theta"]
     lines = [
@@ -340,24 +344,16 @@ def _killer(partition: int, at: int, pair: bool = False):
 
 
 @dataclass
-class SoakReport:
+class SoakReport(_Outcome):
     seconds: float = 0.0
     writers: int = 0
-    sealed: int = 0  # events whose seal was acknowledged
     events: int = 0  # ids assigned
     aged_off: int = 0  # ids deleted by age-off (a prefix)
     exported: int = 0
     skipped: int = 0  # ids the export cursor was told were aged off
     searches: int = 0
-    lost: int = 0
-    duplicated: int = 0
     max_bytes: int = 0
     peak_bytes: int = 0
-    problems: list[str] = field(default_factory=list)
-
-    @property
-    def ok(self) -> bool:
-        return not (self.lost or self.duplicated or self.problems)
 
     def line(self) -> str:
         return (
