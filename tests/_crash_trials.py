@@ -143,7 +143,10 @@ def _check_reopened(
             gone = len(history.acked) if first is None else first
             missing = [r for r in history.acked[gone:] if r not in present]
             skipped = repo.export(1, 1).skipped
-            if lo > 1 and skipped != [(1, lo)]:
+            # With no log left, export reports the gap once a later event proves it (it
+            # cannot tell aged-off ids from ones a log not scanned yet holds): [] is right too.
+            right = [[(1, lo)], []] if not events else [[(1, lo)]]
+            if lo > 1 and skipped not in right:
                 tally.problems.append(f"{root}: export from 1 skipped {skipped}, not [(1, {lo})]")
         tally.lost += len(missing)
 
