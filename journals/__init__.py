@@ -5,7 +5,15 @@ This package imports nothing else of provrepo, and nothing heavy: Spark Python w
 """
 
 from ._codec import EventsPayload, decode_event, decode_events
-from ._files import TMP_SUFFIX, dir_bytes, file_bytes, fsync_dir, listdir, write_atomic
+from ._files import (
+    TMP_SUFFIX,
+    dir_bytes,
+    file_bytes,
+    fsync_dir,
+    listdir,
+    makedirs_durable,
+    write_atomic,
+)
 from ._gc import gc_paused
 from ._ids import (
     MAX_PARTITION,
@@ -75,6 +83,7 @@ __all__ = [
     "host_tag",
     "isin_sorted",
     "listdir",
+    "makedirs_durable",
     "pack_record_id",
     "record_id_base",
     "server_handshake",

@@ -8,7 +8,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from journals import ProvenanceEvent, gc_paused, write_atomic
+from journals import ProvenanceEvent, gc_paused, makedirs_durable, write_atomic
 
 from ._errors import BadInput, check_id
 from ._store import LogStore
@@ -111,6 +111,6 @@ class ExportCursor:
             raise BadInput(
                 f"cursor {self.name}: cannot move back from {self.position} to {next_id}"
             )
-        os.makedirs(os.path.dirname(self.path), exist_ok=True)
+        makedirs_durable(os.path.dirname(self.path))
         write_atomic(self.path, json.dumps({"next_id": next_id}).encode())
         self.position = next_id

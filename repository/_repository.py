@@ -25,6 +25,7 @@ from journals import (
     LineageBatch,
     ProvenanceEvent,
     WriterSpec,
+    makedirs_durable,
     write_atomic,
 )
 
@@ -40,6 +41,7 @@ from ._layout import Layout
 from ._lock import OwnerLock
 from ._receiver import JournalReceiver, ReceiverStats, files_spec
 from ._recovery import RecoveryReport, recover
+from ._retired import load_retired, retire
 from ._rollover import Rollover, RolloverStats, sealed_journals
 from ._stats import RepositoryStats, repository_stats
 from ._store import LogStore
@@ -94,6 +96,7 @@ class ProvenanceRepository:
             config.max_storage_time,
             config.max_storage_bytes,
             interval=min(config.rollover_interval, 60.0),
+            retire=lambda tocs: retire(self.layout, tocs, config.sync != "none"),
         )
 
     # -- opening and closing -----------------------------------------------------------------
@@ -124,7 +127,7 @@ class ProvenanceRepository:
             return repo
         if os.path.exists(path) and not os.path.isdir(path):
             raise BadInput(f"{path} exists and is not a directory")
-        os.makedirs(path, exist_ok=True)
+        makedirs_durable(path)
         lock = OwnerLock(layout.lock)
         lock.acquire()
         try:
@@ -151,11 +154,11 @@ class ProvenanceRepository:
 
     def _open_owner(self, start_threads: bool) -> None:
         for d in (self.layout.logs, self.layout.state, *self.containers):
-            os.makedirs(d, exist_ok=True)
+            makedirs_durable(d)
         write_atomic(self.layout.config, json.dumps(self.config.to_json(), indent=2).encode())
         self.recovery = recover(self.layout, self.containers, self._store)
         self._ids.load(self._store.next_id)
-        self._rollover.load(self._store.tocs())
+        self._rollover.load(self._store.tocs(), load_retired(self.layout))
         if sealed_journals(self.containers):
             self.rollover()  # redo an interrupted rollover before anyone reads
         # Index: recover (re-index past the checkpoint), then index each rollover's log.
