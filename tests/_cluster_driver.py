@@ -30,9 +30,41 @@ def words_of(line: str) -> list[str]:
     return line.split("|", 1)[1].split()
 
 
+def executor_pid(executor: str) -> int | None:
+    """The executor JVM this Python worker runs under (an ancestor process), if any. Runs in
+    Spark's Python workers, which cannot import the tests' modules: only os here."""
+    pid = os.getppid()
+    while pid > 1:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            if executor.encode() in f.read().replace(b"\0", b" "):
+                return pid
+        with open(f"/proc/{pid}/stat") as f:
+            stat = f.read()
+        pid = int(stat[stat.rindex(")") + 2 :].split()[1])
+    return None
+
+
+class MarkingWords:
+    """words_of, which also leaves a file named by its executor's pid in `markers`: the
+    killer then picks an executor that really holds map outputs (Spark may place every map
+    task on one executor, under load above all)."""
+
+    def __init__(self, markers: str) -> None:
+        self.markers = markers
+        self.executor = EXECUTOR
+
+    def __call__(self, line: str) -> list[str]:
+        pid = executor_pid(self.executor)
+        if pid is not None:
+            open(os.path.join(self.markers, str(pid)), "a").close()
+        return words_of(line)
+
+
 def word_count(lc: LineageContext, cfg: dict):
     lines = lc.textFile(cfg["data"], cfg.get("partitions", 4))
-    counts = lines.flatMap(words_of).map(lambda w: (w, 1)).reduceByKey(operator.add, 3)
+    words = MarkingWords(cfg["markers"]) if cfg.get("markers") else words_of
+    reducers = cfg.get("reducers", 3)
+    counts = lines.flatMap(words).map(lambda w: (w, 1)).reduceByKey(operator.add, reducers)
     if cfg.get("slow_reduce"):
         pause = cfg["slow_reduce"]
 
@@ -55,19 +87,23 @@ def join_aggregate(lc: LineageContext, cfg: dict):
 SCENARIOS = {"wordcount": word_count, "join": join_aggregate}
 
 
-def kill_when_reducing(sc, worker_pid: int, done: threading.Event, killed: list) -> None:
-    """kill -9 the executor of one worker once the job's first stage has finished and a later
-    stage runs: map outputs (and their tasks' lineage) already exist on that executor, so
-    Spark must recompute tasks that had succeeded there."""
+def kill_when_reducing(
+    sc, worker_pids: list[int], markers: str, done: threading.Event, killed: list
+) -> None:
+    """kill -9 one worker's executor once the job's first stage has finished and a later
+    stage runs, choosing an executor that ran map tasks (it left a marker): map outputs (and
+    their tasks' lineage) exist on it, so Spark must recompute tasks that had succeeded
+    there."""
     tracker = sc.statusTracker()
     while not done.is_set():
         if any(_reducing(tracker, job) for job in tracker.getActiveJobsIds()):
-            for pid in children(worker_pid):
-                if EXECUTOR in cmdline(pid):
-                    os.kill(pid, signal.SIGKILL)
-                    killed.append(pid)
-            if killed:
-                return
+            ran_maps = {int(name) for name in os.listdir(markers)}
+            for worker in worker_pids:
+                for pid in children(worker):
+                    if pid in ran_maps and EXECUTOR in cmdline(pid):
+                        os.kill(pid, signal.SIGKILL)
+                        killed.append(pid)
+                        return
         time.sleep(0.05)
 
 
@@ -110,6 +146,10 @@ def main() -> None:
         .config("spark.cores.max", str(cfg.get("cores", 2)))
         .config("spark.task.maxFailures", "8")
         .config("spark.stage.maxConsecutiveAttempts", "8")
+        # Every worker runs on this one host: without this, a reducer reads a lost executor's
+        # shuffle files straight from its disk and nothing is recomputed (a real cluster
+        # loses them with the host, or fetches them from the executor that died).
+        .config("spark.shuffle.readHostLocalDisk", "false")
         .getOrCreate()
     )
     sc = spark.sparkContext
@@ -127,9 +167,10 @@ def main() -> None:
             rdd = SCENARIOS[cfg["scenario"]](lc, cfg)
             done, killed = threading.Event(), []
             killer = None
-            if cfg.get("kill_worker_pid"):
+            if cfg.get("kill_worker_pids"):
                 killer = threading.Thread(
-                    target=kill_when_reducing, args=(sc, cfg["kill_worker_pid"], done, killed)
+                    target=kill_when_reducing,
+                    args=(sc, cfg["kill_worker_pids"], cfg["markers"], done, killed),
                 )
                 killer.start()
             started = time.perf_counter()
@@ -140,6 +181,14 @@ def main() -> None:
                 if killer is not None:
                     killer.join()
             out["seconds"] = time.perf_counter() - started
+            tracker = sc.statusTracker()
+            stages = [
+                s for job in tracker.getJobIdsForGroup() for s in tracker.getJobInfo(job).stageIds
+            ]
+            infos = (tracker.getStageInfo(s) for s in stages)
+            # A stage resubmitted after the executor loss (its map outputs were lost) has a
+            # later attempt: its tasks ran again.
+            out["stage_attempts"] = sorted(i.currentAttemptId for i in infos if i is not None)
             out["run_id"] = lc.run_id
             out["output"] = result
             out["killed"] = killed

@@ -155,11 +155,13 @@ def test_join_and_aggregate_through_the_transport(cluster):
     check_exact(repo, result, ref, lambda r: r[0])
 
 
-def test_executor_loss_keeps_exact_lineage(cluster, text):
+def test_executor_loss_keeps_exact_lineage(cluster, text, tmp_path):
     """kill -9 one worker's executor once the map stage is done and the reduce stage runs:
     the map tasks that had succeeded there lose their shuffle output and are recomputed, the
     running tasks there die. Lineage stays exact, one attempt per partition."""
     repo = cluster.hidden_dir / "loss"
+    markers = tmp_path / "map-executors"  # outside the hidden directory: workers write here
+    markers.mkdir()
     result = run_driver(
         cluster,
         "wordcount",
@@ -167,11 +169,14 @@ def test_executor_loss_keeps_exact_lineage(cluster, text):
         data=str(text),
         partitions=6,
         slow_reduce=0.15,
-        kill_worker_pid=cluster.workers[0].pid,
+        reducers=6,  # more than the 2 cores: reducers still to start must fetch lost outputs
+        kill_worker_pids=[w.pid for w in cluster.workers],
+        markers=str(markers),
     )
     assert result["killed"], "the executor was not killed while the job ran"
     # A map task that had succeeded on the lost executor ran again, and sealed its lineage
     # again: the second copy was dropped at rollover.
+    assert max(result["stage_attempts"]) > 0, "no stage ran again after the loss"
     assert result["records_skipped"] > 0
     check_exact(repo, result, word_count_ref(text), line_id)
 
