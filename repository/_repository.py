@@ -34,7 +34,7 @@ from ._ageoff import AgeOff, AgeOffReport
 from ._config import RepositoryConfig, parse_duration, parse_size
 from ._errors import BadInput, NotFound, RepositoryError, check_id
 from ._eventlog import LogReader
-from ._export import ExportBatch, ExportCursor, Exporter
+from ._export import ExportBatch, ExportCursor, Exporter, TableExport
 from ._idgen import IdGenerator
 from ._indexing import RepositoryIndex
 from ._layout import Layout
@@ -353,6 +353,55 @@ class ProvenanceRepository:
     def cursor(self, name: str = "default") -> ExportCursor:
         """A named, persistent export cursor (exactly-once when committed after use)."""
         return ExportCursor(self._exporter, self.layout.cursors, name)
+
+    def export_parquet(
+        self,
+        out: str | os.PathLike[str],
+        *,
+        run: str | None = None,
+        from_id: int | None = None,
+        progress: bool = False,
+        chunk_events: int | None = None,
+    ) -> TableExport:
+        """Export events and lineage edges as Parquet tables under `out` (`events/` and
+        `edges/`, Hive-partitioned by run_id; DuckDB, Spark and pandas read them), from `out`'s
+        export cursor (or `from_id`, or the first id) to the newest event; `run`: that run
+        only. Written atomically and resumable: a killed export goes on where it stopped, and
+        a later one into the same `out` exports what came since. `progress`: a tqdm bar."""
+        return self._export_tables(out, "parquet", run, from_id, progress, chunk_events)
+
+    def export_jsonl(
+        self,
+        out: str | os.PathLike[str],
+        *,
+        run: str | None = None,
+        from_id: int | None = None,
+        progress: bool = False,
+        chunk_events: int | None = None,
+    ) -> TableExport:
+        """As `export_parquet`, in JSON lines (one object per row, the run id in each)."""
+        return self._export_tables(out, "jsonl", run, from_id, progress, chunk_events)
+
+    def _export_tables(
+        self,
+        out: str | os.PathLike[str],
+        fmt: str,
+        run: str | None,
+        from_id: int | None,
+        progress: bool,
+        chunk_events: int | None,
+    ) -> TableExport:
+        from ._tableexport import CHUNK_EVENTS, export_tables  # pyarrow: loaded when used
+
+        return export_tables(
+            self._store,
+            out,
+            fmt,
+            run=run,
+            from_id=from_id,
+            progress=progress,
+            chunk_events=CHUNK_EVENTS if chunk_events is None else chunk_events,
+        )
 
     def logs(self) -> list[LogReader]:
         """The committed event logs, oldest first."""

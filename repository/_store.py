@@ -165,6 +165,35 @@ class LogStore:
                 self._vanished(reader)
             pos = max(pos, reader.next_id)
 
+    def entries(self, first_id: int, stop_id: int) -> Iterator[Entry]:
+        """The stored block entries (rich-event runs, lineage batch slices) holding ids in
+        [first_id, stop_id), in id order, undecoded beyond the block: for columnar readers
+        (export). Entries may reach past either end; vanished logs are skipped."""
+        pos = first_id
+        while pos < stop_id:
+            with self._lock:
+                i = bisect_right(self._firsts, pos) - 1
+                if i < 0 or pos >= self._logs[self._firsts[i]].next_id:
+                    i += 1
+                if i >= len(self._firsts):
+                    return
+                reader = self._logs[self._firsts[i]]
+            if reader.first_id >= stop_id:
+                return
+            try:
+                for bi in range(reader.block_index(max(pos, reader.first_id)), reader.blocks):
+                    if reader.block_first_id(bi) >= stop_id:
+                        break
+                    for e in reader.read_block(bi):
+                        if e.first_id + e.count <= pos:
+                            continue
+                        if e.first_id >= stop_id:
+                            break
+                        yield e
+            except FileNotFoundError:
+                self._vanished(reader)
+            pos = max(pos, reader.next_id)
+
     def _vanished(self, reader: LogReader) -> None:
         log.info("event log %s vanished (aged off); skipping it", reader.path)
         self.remove(reader.first_id)
