@@ -66,8 +66,8 @@ class _Strings:
         for part in self.parts:
             if isinstance(part, tuple):
                 value, n = part
-                code = -1 if value is None else values.setdefault(value, len(values))
-                codes.append(np.full(n, code, np.int32))
+                one = -1 if value is None else values.setdefault(value, len(values))
+                codes.append(np.full(n, one, np.int32))
                 continue
             enc = part.dictionary_encode()
             local = [values.setdefault(v, len(values)) for v in enc.dictionary.to_pylist()]
