@@ -18,8 +18,8 @@ import numpy as np
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
+from _events import lineage_batch, make_event
 from _faults import TESTS, tree_hash, wait_for_line
-from conftest import make_event
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -69,39 +69,34 @@ def batches(run: str = "run-1") -> list[LineageBatch]:
     rng = np.random.default_rng(3)
     counts = rng.integers(1, 6, 400)
     parents = np.concatenate([np.sort(rng.choice(3000, c, replace=False)) for c in counts]) + src
-    common = {
-        "run_id": run,
-        "partition": 0,
-        "attempt": 0,
-        "event_time_ns": 1_700_000_000_123_456_789,
-    }
+    t = 1_700_000_000_123_456_789
     return [
-        LineageBatch.build(
-            **common,
+        lineage_batch(
+            range(src, src + 3000),
+            run=run,
+            time_ns=t,
             event_type=EventType.RECEIVE,
-            component_id="textFile#0",
+            component="textFile#0",
             component_type="textFile",
-            record_ids=range(src, src + 3000),
             offsets=np.cumsum(np.r_[0, rng.integers(1, 90, 3000)]),
             location=Location("file:///data/in.txt"),
         ),
-        LineageBatch.build(
-            **common,
-            event_type=EventType.JOIN,
-            component_id="combineByKey#1",
-            component_type="combiner",
-            record_ids=range(comb, comb + 400),
+        lineage_batch(
+            range(comb, comb + 400),
+            run=run,
+            time_ns=t,
+            component="combineByKey#1",
             parent_counts=counts,
             parent_ids=parents,
         ),
-        LineageBatch.build(
-            **common,
+        lineage_batch(
+            np.array([5, 9, 7, 100]) + record_id_base(3, 1),
+            run=run,
+            time_ns=t,
             event_type=EventType.SEND,
-            component_id="collect#2",
+            component="collect#2",
             component_type="collect",
-            record_ids=np.array([5, 9, 7, 100]) + record_id_base(3, 1),
-            parent_counts=np.array([1, 0, 2, 1]),
-            parent_ids=np.array([comb, comb + 1, comb + 2, comb + 3]),
+            parents=[[comb], [], [comb + 1, comb + 2], [comb + 3]],
             location=Location("file:///out/part-0", 10, 20),
             attributes={"host": "w1", "stage": "3"},
             details="{'run': 'descriptor'}",
@@ -379,36 +374,33 @@ def test_recursive_duckdb_query_finds_what_trace_finds(tmp_path):
     rng = np.random.default_rng(11)
     run = "wc"
     lines, combs, reds, outs = (record_id_base(cp, 0) for cp in (1, 2, 3, 4))
-    common = {"run_id": run, "partition": 0, "attempt": 0, "event_time_ns": 1}
 
-    def level(cp_base, n, parent_base, parent_n, cid, etype):
+    def level(base: int, n: int, parent_base: int, parent_n: int, cid: str) -> LineageBatch:
         counts = rng.integers(1, 4, n)
         parents = np.concatenate([rng.choice(parent_n, c, replace=False) for c in counts])
-        return LineageBatch.build(
-            **common,
-            event_type=etype,
-            component_id=cid,
-            component_type=cid.split("#")[0],
-            record_ids=range(cp_base, cp_base + n),
+        return lineage_batch(
+            range(base, base + n),
+            run=run,
+            component=cid,
             parent_counts=counts,
             parent_ids=parents + parent_base,
         )
 
     with ProvenanceRepository.open(tmp_path / "repo", CONFIG) as repo:
         repo.register_events(
-            LineageBatch.build(
-                **common,
+            lineage_batch(
+                range(lines, lines + 200),
+                run=run,
                 event_type=EventType.RECEIVE,
-                component_id="textFile#1",
+                component="textFile#1",
                 component_type="textFile",
-                record_ids=range(lines, lines + 200),
                 offsets=np.arange(201) * 10,
                 location=Location("file:///in.txt"),
             )
         )
-        repo.register_events(level(combs, 80, lines, 200, "combiner#2", EventType.JOIN))
-        repo.register_events(level(reds, 30, combs, 80, "reducer#3", EventType.JOIN))
-        repo.register_events(level(outs, 30, reds, 30, "collect#4", EventType.SEND))
+        repo.register_events(level(combs, 80, lines, 200, "combiner#2"))
+        repo.register_events(level(reds, 30, combs, 80, "reducer#3"))
+        repo.register_events(level(outs, 30, reds, 30, "collect#4"))
         repo.rollover()
         out = tmp_path / "out"
         repo.export_parquet(out)
@@ -564,6 +556,7 @@ def test_resume_after_kill_duplicates_and_loses_nothing(tmp_path, point):
 
 
 def test_bad_arguments_raise_bad_input(filled, tmp_path):
+    assert filled.wait_for_index(60)  # the index thread is done writing
     before = tree_hash(filled.path)
     for kwargs in ({"run": ""}, {"from_id": 0}, {"from_id": "1"}, {"chunk_events": 0}):
         with pytest.raises(BadInput):
