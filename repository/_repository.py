@@ -88,6 +88,7 @@ class ProvenanceRepository:
         )
         self._exporter = Exporter(self._store, lambda: self.max_event_id)
         self._lineage: LineageIndex | None = None
+        self._close_listeners: list[Callable[[], object]] = []
         self._index = RepositoryIndex(self.layout, config, self._store, read_only)
         self._ageoff = AgeOff(
             self.layout,
@@ -173,6 +174,11 @@ class ProvenanceRepository:
         """Stop the threads, seal driver journals and merge them. Safe to call twice."""
         if self._closed:
             return
+        for callback in list(self._close_listeners):
+            try:
+                callback()
+            except Exception:  # closing goes on: the listener's work is its own
+                log.exception("a close listener failed")
         self._closed = True
         self.stop_receiver()  # no journal may arrive after the final rollover
         self._rollover.stop()
@@ -304,6 +310,11 @@ class ProvenanceRepository:
         """A lookup right after an action sees its lineage: merge what was requested."""
         if not self.read_only and not self._closed:
             self._rollover.catch_up()
+
+    def add_close_listener(self, callback: Callable[[], object]) -> None:
+        """Call `callback()` when `close()` begins, while the repository is still open (e.g.
+        to finish work that reads it, such as OpenLineage events waiting for their counts)."""
+        self._close_listeners.append(callback)
 
     def add_rollover_listener(self, callback: Callable[[Toc], object]) -> None:
         """Call `callback(toc)` after each rollover that produced a log (e.g. the indexer)."""
