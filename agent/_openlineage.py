@@ -164,6 +164,7 @@ class OpenLineageEmitter:
         self.repository_uri = "file://" + os.path.abspath(repo.path)
         self.emitted = 0
         self.failed = 0
+        self.cpu_seconds = 0.0  # spent building and sending, on the sender thread
         self._warned = False
         self._runs: dict[tuple[int, int], str] = {}
         self._lock = threading.Lock()
@@ -199,6 +200,13 @@ class OpenLineageEmitter:
     # -- building and sending (on the sender thread) ---------------------------------------------
 
     def _send(self, info: ActionInfo, run_id: str) -> None:
+        t = time.thread_time()
+        try:
+            self._build_and_emit(info, run_id)
+        finally:
+            self.cpu_seconds += time.thread_time() - t
+
+    def _build_and_emit(self, info: ActionInfo, run_id: str) -> None:
         try:
             event = self.build(info, run_id)
         except Exception:
