@@ -14,7 +14,9 @@ For each, interleaved runs of:
 - primitive: `pyarrow.parquet.write_table` of the very tables the export wrote (read back into
   memory beforehand), with the same writer settings: the cost of writing those columns at all;
 - (rich events) naive: `repo.get_events` (one Python object per event), then the same columns
-  built from the objects and written by pyarrow: what an export without columnar reads costs.
+  built from the objects and written by pyarrow: what an export without columnar reads costs;
+- (rich events) msgspec: the typed decode of the same events into objects, nothing else: the
+  floor of any export that makes one Python object per event.
 Rates are lineage records (rows of the events table) per second; ratios are provrepo's rate
 over the primitive's (1.00x = as fast as writing the columns).
 """
@@ -28,13 +30,14 @@ import sys
 import tempfile
 import time
 
+import msgspec
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 from _common import interleaved, median, report
 from storage import journal_task, make_event, make_vocab, make_zipf_text, word_count_lineage
 
-from journals import JournalWriter, gc_paused
+from journals import JournalWriter, ProvenanceEvent, gc_paused
 from repository import ProvenanceRepository, RepositoryConfig
 
 
@@ -117,7 +120,14 @@ def naive_export(repo: ProvenanceRepository, first: int, stop: int, out: str) ->
         writer.close()
 
 
-def bench(name: str, repo: ProvenanceRepository, root: str, runs: int, naive: bool) -> None:
+def bench(
+    name: str,
+    repo: ProvenanceRepository,
+    root: str,
+    runs: int,
+    naive: bool,
+    encoded: bytes | None = None,
+) -> None:
     first, stop = 1, repo.max_event_id + 1
     n = stop - first
     outs = iter(range(1_000_000))
@@ -151,6 +161,14 @@ def bench(name: str, repo: ProvenanceRepository, root: str, runs: int, naive: bo
             shutil.rmtree(out)
 
         fns["naive"] = slow
+    if encoded is not None:
+        decoder = msgspec.msgpack.Decoder(list[ProvenanceEvent])
+
+        def decode() -> None:
+            with gc_paused():
+                decoder.decode(encoded)
+
+        fns["msgspec"] = decode
     times = interleaved(fns, runs)
     prim = n / median(times["pyarrow"])
     ours = n / median(times["provrepo"])
@@ -174,6 +192,15 @@ def bench(name: str, repo: ProvenanceRepository, root: str, runs: int, naive: bo
             "",
             f"{ours / slow_rate:5.2f}x faster than naive",
         )
+    if encoded is not None:
+        dec = n / median(times["msgspec"])
+        report(
+            "primitive: msgspec decode into objects only",
+            dec / 1e6,
+            "M rec/s",
+            "",
+            f"provrepo {ours / dec:5.2f}x of it",
+        )
 
 
 def main() -> None:
@@ -182,7 +209,7 @@ def main() -> None:
     ap.add_argument("--text-mb", type=float, default=64.0, help="Zipf text size, MB")
     ap.add_argument("--vocab", type=int, default=50_000, help="vocabulary size")
     ap.add_argument("--partitions", type=int, default=6, help="map (and reduce) tasks")
-    ap.add_argument("--events", type=int, default=300_000, help="rich events")
+    ap.add_argument("--events", type=int, default=500_000, help="rich events")
     ap.add_argument("--seed", type=int, default=20240601)
     ap.add_argument("--dir", default=None, help="parent of the temporary data directory")
     ap.add_argument("--only", default="lineage,rich", help="sections to run")
@@ -223,11 +250,14 @@ def main() -> None:
             repo = open_repo(os.path.join(root, "rich"))
             try:
                 t0 = time.time_ns()
+                events = [make_event(i, t0) for i in range(args.events)]
                 with JournalWriter.open(repo.writer_spec(), tag="rich") as w:
                     for a in range(0, args.events, 1000):
-                        w.append([make_event(i, t0) for i in range(a, min(args.events, a + 1000))])
+                        w.append(events[a : a + 1000])
                 repo.rollover()
-                bench("rich events (make_event)", repo, root, args.runs, naive=True)
+                encoded = msgspec.msgpack.encode(events)
+                del events
+                bench("rich events (make_event)", repo, root, args.runs, True, encoded)
             finally:
                 repo.close()
     finally:

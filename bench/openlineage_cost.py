@@ -69,8 +69,8 @@ def main() -> None:
     zipf_text(text, args.size_mb)
     spark = local_spark("bench-openlineage")
     print(
-        f"bench/openlineage_cost.py: captured word count over {args.size_mb:g} MB, local[2], median "
-        f"of {args.runs} interleaved runs; load {os.getloadavg()[0]:.1f}; data in {tmp}"
+        f"bench/openlineage_cost.py: captured word count over {args.size_mb:g} MB, local[2], "
+        f"median of {args.runs} interleaved runs; load {os.getloadavg()[0]:.1f}; data in {tmp}"
     )
     times: dict[str, list[float]] = {"off": [], "on": []}
     on_path: list[float] = []

@@ -9,8 +9,6 @@ row group's size; string columns are dictionary-encoded (a run has few distinct 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
 import numpy as np
 import pyarrow as pa
 
@@ -213,25 +211,26 @@ class RunRows:
     # -- taking ------------------------------------------------------------------------------
 
     def take_events(self) -> pa.Table:
-        """The events added so far as one table (then forgotten)."""
-        ints = {c: _concat(v) for c, v in self._ints.items()}
-        valid = _concat(self._valid, bool)
-        mask = None if valid.all() else ~valid
-        partition = ints["partition"]
-        if len(partition) and (partition.min() < -(2**31) or partition.max() >= 2**31):
-            raise ValueError("a partition number does not fit the int32 partition column")
+        """The events added so far as one table (then forgotten). Number columns stay in the
+        pieces they were added in (Arrow chunks over the numpy arrays, no copy)."""
+        ints = self._ints
+        for part in ints["partition"]:
+            if len(part) and (part.min() < -(2**31) or part.max() >= 2**31):
+                raise ValueError("a partition number does not fit the int32 partition column")
+        masks = [None if v.all() else ~v for v in self._valid]
+        ts = pa.timestamp("us", tz="UTC")
         cols = [
-            pa.array(ints["event_id"]),
-            pa.array(ints["event_time"]).view(pa.timestamp("us", tz="UTC")),
+            _chunks(ints["event_id"], pa.int64()),
+            pa.chunked_array([pa.array(p).view(ts) for p in ints["event_time"]], ts),
             self._strings["event_type"].dictionary(),
             self._strings["component_id"].dictionary(),
             self._strings["component_type"].dictionary(),
-            pa.array(partition.astype(np.int32)),
-            pa.array(ints["attempt"]),
-            pa.array(ints["record_id"]),
+            _chunks([p.astype(np.int32) for p in ints["partition"]], pa.int32()),
+            _chunks(ints["attempt"], pa.int64()),
+            _chunks(ints["record_id"], pa.int64()),
             self._strings["uri"].dictionary(),
-            pa.array(ints["offset"], mask=mask),
-            pa.array(ints["length"], mask=mask),
+            _chunks(ints["offset"], pa.int64(), masks),
+            _chunks(ints["length"], pa.int64(), masks),
             self._attrs.build(),
             self._strings["details"].plain(),
         ]
@@ -241,14 +240,17 @@ class RunRows:
 
     def take_edges(self) -> pa.Table:
         """The edges added so far as one table (then forgotten)."""
-        child, parent = _concat(self._child), _concat(self._parent)
+        child = _chunks(self._child, pa.int64())
+        parent = _chunks(self._parent, pa.int64())
         self._child, self._parent = [], []
         self.edge_rows = 0
-        return pa.Table.from_arrays([pa.array(child), pa.array(parent)], schema=EDGES_SCHEMA)
+        return pa.Table.from_arrays([child, parent], schema=EDGES_SCHEMA)
 
 
-def _concat(parts: Iterable[np.ndarray], dtype: type = np.int64) -> np.ndarray:
-    parts = list(parts)
-    if not parts:
-        return np.zeros(0, dtype)
-    return np.concatenate(parts) if len(parts) > 1 else parts[0]
+def _chunks(
+    parts: list[np.ndarray], type_: pa.DataType, masks: list[np.ndarray | None] | None = None
+) -> pa.ChunkedArray:
+    """Arrow chunks over numpy arrays (zero-copy where there is no mask)."""
+    if masks is None:
+        return pa.chunked_array([pa.array(p, type_) for p in parts], type_)
+    return pa.chunked_array([pa.array(p, type_, mask=m) for p, m in zip(parts, masks)], type_)
