@@ -8,7 +8,7 @@ import operator
 
 import duckdb
 import pytest
-from test_export_tables import TRACE_SQL
+from test_export_tables import readme_trace_sql
 
 from agent import LineageContext
 from repository.cli import main as cli
@@ -55,7 +55,7 @@ def test_duckdb_trace_equals_provrepo_trace(exported, capsys):
         assert cli(["trace", str(ctx.repo.path), str(rid), "--run", ctx.run_id]) == 0
         rows = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
         want = {(r["record_id"], *_loc(r.get("location"))) for r in rows}
-        got = set(con.execute(TRACE_SQL.format(out=out), [rid, ctx.run_id]).fetchall())
+        got = set(con.execute(readme_trace_sql(out, ctx.run_id, rid)).fetchall())
         assert got == want
         assert any(uri for _, uri, _, _ in got) and any(uri is None for _, uri, _, _ in got)
 

@@ -407,26 +407,28 @@ def test_recursive_duckdb_query_finds_what_trace_finds(tmp_path):
         con = duckdb.connect()
         for rid in range(outs, outs + 30):
             want, _ = repo.lineage.trace(run, np.array([rid]))
-            got = con.execute(TRACE_SQL.format(out=out), [rid, run]).fetchall()
+            got = con.execute(readme_trace_sql(out, run, rid)).fetchall()
             assert sorted(r[0] for r in got) == want.tolist()
             assert all(uri == "file:///in.txt" and length == 10 for _, uri, _, length in got)
 
 
-# The README's example, run as a test: the input lines behind one output record.
-TRACE_SQL = """
-WITH RECURSIVE
-  edges AS (SELECT * FROM read_parquet('{out}/edges/*/*.parquet', hive_partitioning = true)
-            WHERE run_id = $2),
-  back(record_id) AS (
-    SELECT $1::BIGINT
-    UNION
-    SELECT e.parent_record_id FROM edges e JOIN back b ON e.child_record_id = b.record_id)
-SELECT ev.record_id, ev.uri, ev."offset", ev.length
-FROM back
-JOIN read_parquet('{out}/events/*/*.parquet', hive_partitioning = true) ev
-  ON ev.record_id = back.record_id AND ev.run_id = $2
-WHERE back.record_id NOT IN (SELECT child_record_id FROM edges)
-"""
+README = os.path.join(os.path.dirname(TESTS), "README.md")
+
+
+def readme_trace_sql(out, run: str, record_id: int) -> str:
+    """The README's DuckDB example (the input lines behind one output record), for `out`,
+    `run` and `record_id`: the docs' query is the one tested."""
+    with open(README, encoding="utf-8") as f:
+        text = f.read()
+    start = text.index("```sql\n", text.index("Which input lines made this output?")) + 7
+    sql = text[start : text.index("```", start)]
+    example = "(4::BIGINT << 49) | (0 << 31) | 17"
+    assert example in sql and "'R'" in sql and "'out/" in sql
+    return (
+        sql.replace(example, str(record_id))
+        .replace("'R'", "'" + run.replace("'", "''") + "'")
+        .replace("'out/", f"'{out}/")
+    )
 
 
 def test_incremental_export_goes_on_from_the_cursor(filled, tmp_path):
