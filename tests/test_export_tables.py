@@ -156,28 +156,33 @@ def expected(repo: ProvenanceRepository, run: str | None = None) -> tuple[list, 
     return rows, edges
 
 
+COLUMNS = (
+    "run_id",
+    "event_id",
+    "event_time",
+    "event_type",
+    "component_id",
+    "component_type",
+    "partition",
+    "attempt",
+    "record_id",
+    "uri",
+    "offset",
+    "length",
+    "attributes",
+    "details",
+)
+
+
+def row_of(r: dict, attributes: list) -> tuple:
+    """An exported row as `expected` makes them (attributes as sorted items)."""
+    return tuple(attributes if c == "attributes" else r[c] for c in COLUMNS)
+
+
 def parquet_rows(out) -> tuple[list, list]:
     """The exported tables as rows, read with pyarrow's Hive partitioning (values decoded)."""
     ev = ds.dataset(os.path.join(out, "events"), format="parquet", partitioning="hive").to_table()
-    rows = [
-        (
-            r["run_id"],
-            r["event_id"],
-            r["event_time"],
-            r["event_type"],
-            r["component_id"],
-            r["component_type"],
-            r["partition"],
-            r["attempt"],
-            r["record_id"],
-            r["uri"],
-            r["offset"],
-            r["length"],
-            sorted(r["attributes"]),
-            r["details"],
-        )
-        for r in ev.to_pylist()
-    ]
+    rows = [row_of(r, sorted(r["attributes"])) for r in ev.to_pylist()]
     times = ev.column("event_time").cast("int64").to_pylist()
     rows = [(*r[:2], t, *r[3:]) for r, t in zip(rows, times)]
     ed = ds.dataset(os.path.join(out, "edges"), format="parquet", partitioning="hive").to_table()
@@ -307,24 +312,7 @@ def test_jsonl_holds_the_same_rows(filled, tmp_path):
             with open(os.path.join(d, f), encoding="utf-8") as fh:
                 for line in fh:
                     r = json.loads(line)
-                    got.append(
-                        (
-                            r["run_id"],
-                            r["event_id"],
-                            r["event_time"],
-                            r["event_type"],
-                            r["component_id"],
-                            r["component_type"],
-                            r["partition"],
-                            r["attempt"],
-                            r["record_id"],
-                            r["uri"],
-                            r["offset"],
-                            r["length"],
-                            sorted(r["attributes"].items()),
-                            r["details"],
-                        )
-                    )
+                    got.append(row_of(r, sorted(r["attributes"].items())))
     for d, _, fs in os.walk(out / "edges"):
         for f in fs:
             with open(os.path.join(d, f), encoding="utf-8") as fh:
