@@ -57,7 +57,7 @@ CHUNK_EVENTS = 16_000_000  # ids per committed step: what a kill can cost to red
 ROW_GROUP_ROWS = 1 << 20
 _BUFFERED_ROWS = 4 << 20  # rows held across all runs before everything is written out
 _RICH_GROUP = 16_384  # rich events parsed in lockstep at once (a few MB: stays in cache)
-_IN_FLIGHT = 2  # tables queued for the writer thread
+_IN_FLIGHT = 3  # tables queued for the writer threads
 _EXT = {"parquet": "parquet", "jsonl": "jsonl"}
 
 
@@ -197,19 +197,22 @@ def _json_lines(table: pa.Table, run: str, name: str) -> bytes:
 
 class _Chunk:
     """The files of one chunk of ids [first, stop): (table, run) -> sink. Tables are written
-    by one background thread while the next ones are built (pyarrow's writer and most numpy
-    work release the GIL); at most `_IN_FLIGHT` wait, which bounds the memory held."""
+    by a background thread per table (events, edges) while the next ones are built (pyarrow's
+    writer and most numpy work release the GIL); at most `_IN_FLIGHT` wait, which bounds the
+    memory held."""
 
-    def __init__(self, out: str, fmt: str, first: int, stop: int, pool: ThreadPoolExecutor) -> None:
+    def __init__(
+        self, out: str, fmt: str, first: int, stop: int, pools: dict[str, ThreadPoolExecutor]
+    ) -> None:
         self.out, self.fmt, self.first, self.stop = out, fmt, first, stop
         self.sinks: dict[tuple[str, str], _Sink] = {}
-        self._pool = pool
+        self._pools = pools
         self._pending: deque[Future[None]] = deque()
 
     def write(self, table: str, run: str, rows: pa.Table) -> None:
         if rows.num_rows == 0:
             return
-        self._pending.append(self._pool.submit(self._write, table, run, rows))
+        self._pending.append(self._pools[table].submit(self._write, table, run, rows))
         while len(self._pending) > _IN_FLIGHT:
             self._pending.popleft().result()  # raises what the writer raised
 
@@ -453,11 +456,13 @@ def _export(
         file=sys.stderr,
         desc="export",
     )
-    with bar, ThreadPoolExecutor(1, "provrepo-export") as pool:
+    # One writer thread per table: a file's row groups go in order, the tables in parallel.
+    pools = {t: ThreadPoolExecutor(1, f"provrepo-export-{t}") for t in TABLES}
+    with bar, pools["events"], pools["edges"]:
         pos = start
         while pos < end:
             stop = min(end, pos + chunk_events)
-            chunk = rows.chunk = _Chunk(out, fmt, pos, stop, pool)
+            chunk = rows.chunk = _Chunk(out, fmt, pos, stop, pools)
             try:
                 expect = pos
                 for entry, lo, hi in _clipped(store, pos, stop):
