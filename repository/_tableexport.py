@@ -208,10 +208,13 @@ class _Chunk:
         self.sinks: dict[tuple[str, str], _Sink] = {}
         self._pools = pools
         self._pending: deque[Future[None]] = deque()
+        self._order: list[tuple[str, str]] = []  # (table, run) as first written: commit order
 
     def write(self, table: str, run: str, rows: pa.Table) -> None:
         if rows.num_rows == 0:
             return
+        if (table, run) not in self._order:
+            self._order.append((table, run))
         self._pending.append(self._pools[table].submit(self._write, table, run, rows))
         while len(self._pending) > _IN_FLIGHT:
             self._pending.popleft().result()  # raises what the writer raised
@@ -231,13 +234,16 @@ class _Chunk:
     def commit(self) -> list[str]:
         """Close and fsync every file, rename them into place, fsync their directories."""
         self._drain()
-        for sink in self.sinks.values():
+        # In a fixed order (events files, then edges; runs as first written), whichever
+        # writer thread opened its file first.
+        sinks = [self.sinks[k] for t in TABLES for k in self._order if k[0] == t]
+        for sink in sinks:
             sink.close()
-        for sink in self.sinks.values():
+        for sink in sinks:
             os.replace(sink.tmp, sink.final)
-        for d in {s.dir for s in self.sinks.values()}:
+        for d in {s.dir for s in sinks}:
             fsync_dir(d)
-        return [os.path.relpath(s.final, self.out) for s in self.sinks.values()]
+        return [os.path.relpath(s.final, self.out) for s in sinks]
 
     def abort(self) -> None:
         for job in self._pending:

@@ -181,10 +181,14 @@ def row_of(r: dict, attributes: list) -> tuple:
 
 def parquet_rows(out) -> tuple[list, list]:
     """The exported tables as rows, read with pyarrow's Hive partitioning (values decoded)."""
+    if not os.path.isdir(os.path.join(out, "events")):
+        return [], []
     ev = ds.dataset(os.path.join(out, "events"), format="parquet", partitioning="hive").to_table()
     rows = [row_of(r, sorted(r["attributes"])) for r in ev.to_pylist()]
     times = ev.column("event_time").cast("int64").to_pylist()
     rows = [(*r[:2], t, *r[3:]) for r, t in zip(rows, times)]
+    if not os.path.isdir(os.path.join(out, "edges")):
+        return rows, []
     ed = ds.dataset(os.path.join(out, "edges"), format="parquet", partitioning="hive").to_table()
     edges = [(r["run_id"], r["child_record_id"], r["parent_record_id"]) for r in ed.to_pylist()]
     return rows, edges
@@ -520,8 +524,10 @@ def run_child(
 def test_resume_after_kill_duplicates_and_loses_nothing(tmp_path, point):
     """Killed between a chunk's renames, after a cursor move, or anywhere; resumed in chunks
     of another size. rename:7 dies in the fourth chunk, the first holding both runs, once the
-    second run's events file is in place: resumed in smaller chunks, that file's name never
-    comes back, so only the cleanup of uncommitted files keeps its rows from being doubled."""
+    second run's events file and the first run's edges file are in place (files are renamed
+    events first, then edges, runs in order): resumed in smaller chunks, the second run's file
+    name never comes back, so only the cleanup of uncommitted files keeps its rows from being
+    doubled."""
     with ProvenanceRepository.open(tmp_path / "repo", CONFIG) as repo:
         fill(repo)
         rows, edges = expected(repo)
