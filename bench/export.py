@@ -82,7 +82,7 @@ def write_like_export(tables: dict[str, list[pa.Table]], out: str) -> None:
             pq.write_table(
                 t,
                 os.path.join(out, f"{name}-{k}.parquet"),
-                row_group_size=1 << 20,
+                row_group_size=1 << 18,
                 compression="zstd",
                 use_dictionary=[*DICTIONARY_COLUMNS, "details"] if name == "events" else False,
                 column_encoding={c: "DELTA_BINARY_PACKED" for c in ints},

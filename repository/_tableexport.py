@@ -22,7 +22,7 @@ import sys
 import time
 import urllib.parse
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
@@ -54,7 +54,7 @@ TABLES = ("events", "edges")
 STATE_FILE = "_provrepo_export.json"
 LOCK_FILE = "_provrepo_export.lock"
 CHUNK_EVENTS = 16_000_000  # ids per committed step: what a kill can cost to redo
-ROW_GROUP_ROWS = 1 << 20
+ROW_GROUP_ROWS = 1 << 18  # rows a table is written in: small enough to overlap writes
 _BUFFERED_ROWS = 4 << 20  # rows held across all runs before everything is written out
 _RICH_GROUP = 16_384  # rich events parsed in lockstep at once (a few MB: stays in cache)
 _IN_FLIGHT = 3  # tables queued for the writer threads
@@ -210,8 +210,9 @@ class _Chunk:
         self._pending: deque[Future[None]] = deque()
         self._order: list[tuple[str, str]] = []  # (table, run) as first written: commit order
 
-    def write(self, table: str, run: str, rows: pa.Table) -> None:
-        if rows.num_rows == 0:
+    def write(self, table: str, run: str, rows: pa.Table | Callable[[], pa.Table]) -> None:
+        """Write `rows` (or the table that function builds, on the writer thread)."""
+        if isinstance(rows, pa.Table) and rows.num_rows == 0:
             return
         if (table, run) not in self._order:
             self._order.append((table, run))
@@ -223,7 +224,9 @@ class _Chunk:
         while self._pending:
             self._pending.popleft().result()
 
-    def _write(self, table: str, run: str, rows: pa.Table) -> None:
+    def _write(self, table: str, run: str, rows: pa.Table | Callable[[], pa.Table]) -> None:
+        if not isinstance(rows, pa.Table):
+            rows = rows()
         sink = self.sinks.get((table, run))
         if sink is None:
             sink = self.sinks[(table, run)] = _Sink(
@@ -349,10 +352,9 @@ class _Rows:
             self.flush()
 
     def _write_events(self, rows: RunRows) -> None:
-        table = rows.take_events()
-        self.report.events += table.num_rows
+        self.report.events += rows.rows
         assert self.chunk is not None
-        self.chunk.write("events", rows.run_id, table)
+        self.chunk.write("events", rows.run_id, rows.take_events())  # built by the writer
 
     def _write_edges(self, rows: RunRows) -> None:
         table = rows.take_edges()

@@ -9,6 +9,9 @@ row group's size; string columns are dictionary-encoded (a run has few distinct 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import partial
+
 import numpy as np
 import pyarrow as pa
 
@@ -45,16 +48,20 @@ DICTIONARY_COLUMNS = ("event_type", "component_id", "component_type", "uri")
 INT_COLUMNS = ("event_id", "event_time", "partition", "attempt", "record_id", "offset", "length")
 
 
+Lazy = Callable[[], pa.Array]  # an Arrow array made when the table is built
+
+
 class _Strings:
-    """A string column in parts: a constant over n rows, or an Arrow array of strings."""
+    """A string column in parts: a constant over n rows, or an Arrow array of strings (made
+    when the table is built, by whichever thread builds it)."""
 
     def __init__(self) -> None:
-        self.parts: list[tuple[str | None, int] | pa.Array] = []
+        self.parts: list[tuple[str | None, int] | Lazy] = []
 
     def const(self, value: str | None, n: int) -> None:
         self.parts.append((value, n))
 
-    def array(self, arr: pa.Array) -> None:
+    def array(self, arr: Lazy) -> None:
         self.parts.append(arr)
 
     def dictionary(self) -> pa.DictionaryArray:
@@ -67,7 +74,7 @@ class _Strings:
                 one = -1 if value is None else values.setdefault(value, len(values))
                 codes.append(np.full(n, one, np.int32))
                 continue
-            enc = part.dictionary_encode()
+            enc = part().dictionary_encode()
             local = [values.setdefault(v, len(values)) for v in enc.dictionary.to_pylist()]
             remap = np.array([*local, -1], np.int32)  # the last entry: nulls
             idx = enc.indices.fill_null(len(local)).to_numpy(zero_copy_only=False)
@@ -87,7 +94,7 @@ class _Strings:
                 else:
                     out.append(pa.array([value], pa.string()).take(np.zeros(n, np.int32)))
             else:
-                out.append(part.cast(pa.string()))
+                out.append(part().cast(pa.string()))
         return pa.concat_arrays(out) if out else pa.array([], pa.string())
 
 
@@ -97,8 +104,8 @@ class _Map:
 
     def __init__(self) -> None:
         self.counts: list[np.ndarray] = []
-        self.keys: list[pa.Array] = []
-        self.values: list[pa.Array] = []
+        self.keys: list[pa.Array | Lazy] = []
+        self.values: list[pa.Array | Lazy] = []
 
     def const(self, attrs: dict[str, str], n: int) -> None:
         k = len(attrs)
@@ -108,17 +115,17 @@ class _Map:
             self.keys.append(pa.array(list(attrs), pa.string()).take(tile))
             self.values.append(pa.array(list(attrs.values()), pa.string()).take(tile))
 
-    def arrays(self, counts: np.ndarray, keys: pa.Array, values: pa.Array) -> None:
+    def arrays(self, counts: np.ndarray, keys: Lazy, values: Lazy) -> None:
         self.counts.append(counts)
-        self.keys.append(keys.cast(pa.string()))
-        self.values.append(values.cast(pa.string()))
+        self.keys.append(keys)
+        self.values.append(values)
 
     def build(self) -> pa.MapArray:
         counts = np.concatenate(self.counts) if self.counts else np.zeros(0, np.int64)
         offsets = np.zeros(len(counts) + 1, np.int32)
         np.cumsum(counts, out=offsets[1:])
-        keys = pa.concat_arrays(self.keys) if self.keys else pa.array([], pa.string())
-        values = pa.concat_arrays(self.values) if self.values else pa.array([], pa.string())
+        keys = _strings(self.keys)
+        values = _strings(self.values)
         return pa.MapArray.from_arrays(pa.array(offsets), keys, values)
 
 
@@ -195,8 +202,12 @@ class RunRows:
         ints["length"].append(cols.length)
         self._valid.append(cols.has_location)
         for name in (*DICTIONARY_COLUMNS, "details"):
-            self._strings[name].array(cols.strings(name))
-        self._attrs.arrays(cols.attr_counts, cols.strings("attr_keys"), cols.strings("attr_values"))
+            self._strings[name].array(partial(cols.strings, name))
+        self._attrs.arrays(
+            cols.attr_counts,
+            partial(cols.strings, "attr_keys"),
+            partial(cols.strings, "attr_values"),
+        )
         self.rows += n
         child = np.repeat(cols.record_id, cols.parent_counts)
         keep = child != cols.parents  # a FAIL event names its own record as parent: no edge
@@ -210,33 +221,13 @@ class RunRows:
 
     # -- taking ------------------------------------------------------------------------------
 
-    def take_events(self) -> pa.Table:
-        """The events added so far as one table (then forgotten). Number columns stay in the
-        pieces they were added in (Arrow chunks over the numpy arrays, no copy)."""
-        ints = self._ints
-        for part in ints["partition"]:
-            if len(part) and (part.min() < -(2**31) or part.max() >= 2**31):
-                raise ValueError("a partition number does not fit the int32 partition column")
-        masks = [None if v.all() else ~v for v in self._valid]
-        ts = pa.timestamp("us", tz="UTC")
-        cols = [
-            _chunks(ints["event_id"], pa.int64()),
-            pa.chunked_array([pa.array(p).view(ts) for p in ints["event_time"]], ts),
-            self._strings["event_type"].dictionary(),
-            self._strings["component_id"].dictionary(),
-            self._strings["component_type"].dictionary(),
-            _chunks([p.astype(np.int32) for p in ints["partition"]], pa.int32()),
-            _chunks(ints["attempt"], pa.int64()),
-            _chunks(ints["record_id"], pa.int64()),
-            self._strings["uri"].dictionary(),
-            _chunks(ints["offset"], pa.int64(), masks),
-            _chunks(ints["length"], pa.int64(), masks),
-            self._attrs.build(),
-            self._strings["details"].plain(),
-        ]
+    def take_events(self) -> Callable[[], pa.Table]:
+        """The events added so far (then forgotten), as a function that builds their table:
+        cheap here, the work done where it is called (a writer thread)."""
+        parts = (self._ints, self._valid, self._strings, self._attrs)
         self._reset_events()
         self.rows = 0
-        return pa.Table.from_arrays(cols, schema=EVENTS_SCHEMA)
+        return partial(_events_table, *parts)
 
     def take_edges(self) -> pa.Table:
         """The edges added so far as one table (then forgotten)."""
@@ -245,6 +236,42 @@ class RunRows:
         self._child, self._parent = [], []
         self.edge_rows = 0
         return pa.Table.from_arrays([child, parent], schema=EDGES_SCHEMA)
+
+
+def _events_table(
+    ints: dict[str, list[np.ndarray]],
+    valid: list[np.ndarray],
+    strings: dict[str, _Strings],
+    attrs: _Map,
+) -> pa.Table:
+    """The events table of a run's parts. Number columns stay in the pieces they were added
+    in (Arrow chunks over the numpy arrays, no copy)."""
+    for part in ints["partition"]:
+        if len(part) and (part.min() < -(2**31) or part.max() >= 2**31):
+            raise ValueError("a partition number does not fit the int32 partition column")
+    masks = [None if v.all() else ~v for v in valid]
+    ts = pa.timestamp("us", tz="UTC")
+    cols = [
+        _chunks(ints["event_id"], pa.int64()),
+        pa.chunked_array([pa.array(p).view(ts) for p in ints["event_time"]], ts),
+        strings["event_type"].dictionary(),
+        strings["component_id"].dictionary(),
+        strings["component_type"].dictionary(),
+        _chunks([p.astype(np.int32) for p in ints["partition"]], pa.int32()),
+        _chunks(ints["attempt"], pa.int64()),
+        _chunks(ints["record_id"], pa.int64()),
+        strings["uri"].dictionary(),
+        _chunks(ints["offset"], pa.int64(), masks),
+        _chunks(ints["length"], pa.int64(), masks),
+        attrs.build(),
+        strings["details"].plain(),
+    ]
+    return pa.Table.from_arrays(cols, schema=EVENTS_SCHEMA)
+
+
+def _strings(parts: list[pa.Array | Lazy]) -> pa.Array:
+    arrays = [(p if isinstance(p, pa.Array) else p()).cast(pa.string()) for p in parts]
+    return pa.concat_arrays(arrays) if arrays else pa.array([], pa.string())
 
 
 def _chunks(
