@@ -32,6 +32,7 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 
 import msgspec
 import numpy as np
@@ -214,6 +215,25 @@ def bench(
         )
 
 
+def section(
+    name: str,
+    root: str,
+    subdir: str,
+    fill: Callable[[ProvenanceRepository], object],
+    runs: int,
+    naive: bool = False,
+    encoded: bytes | None = None,
+) -> None:
+    """A repository filled by `fill` (journals, then one rollover), benchmarked, closed."""
+    repo = open_repo(os.path.join(root, subdir))
+    try:
+        fill(repo)
+        repo.rollover()
+        bench(name, repo, root, runs, naive, encoded)
+    finally:
+        repo.close()
+
+
 def journal_narrow(repo: ProvenanceRepository, lines: int, partitions: int, seed: int) -> None:
     """The lineage a captured `textFile(...).filter(f).map(g).collect()` journals."""
     rng = np.random.default_rng(seed)
@@ -288,49 +308,34 @@ def main() -> None:
             z, _text = make_zipf_text(rng, 1.1, vocab, int(args.text_mb * 1e6))
             del _text
             tasks = word_count_lineage(z, args.partitions)
-            repo = open_repo(os.path.join(root, "lineage"))
-            try:
+
+            def word_count(repo: ProvenanceRepository) -> None:
                 spec = repo.writer_spec()
                 for task in tasks:
                     journal_task(spec, task, "file:///data/zipf.txt", time.time_ns()).seal()
-                repo.rollover()
-                bench(
-                    f"lineage: word count over {z.text_bytes / 1e6:.0f} MB of Zipf text",
-                    repo,
-                    root,
-                    args.runs,
-                    naive=False,
-                )
-            finally:
-                repo.close()
+
+            name = f"lineage: word count over {z.text_bytes / 1e6:.0f} MB of Zipf text"
+            section(name, root, "lineage", word_count, args.runs)
         if "narrow" in only:
-            repo = open_repo(os.path.join(root, "narrow"))
-            try:
-                journal_narrow(repo, args.records, args.partitions, args.seed)
-                repo.rollover()
-                bench(
-                    f"narrow lineage: filter + map over {args.records:,} lines",
-                    repo,
-                    root,
-                    args.runs,
-                    naive=False,
-                )
-            finally:
-                repo.close()
+            name = f"narrow lineage: filter + map over {args.records:,} lines"
+            section(
+                name,
+                root,
+                "narrow",
+                lambda repo: journal_narrow(repo, args.records, args.partitions, args.seed),
+                args.runs,
+            )
         if "rich" in only:
-            repo = open_repo(os.path.join(root, "rich"))
-            try:
-                t0 = time.time_ns()
-                events = [make_event(i, t0) for i in range(args.events)]
+            t0 = time.time_ns()
+            events = [make_event(i, t0) for i in range(args.events)]
+            encoded = msgspec.msgpack.encode(events)
+
+            def rich(repo: ProvenanceRepository) -> None:
                 with JournalWriter.open(repo.writer_spec(), tag="rich") as w:
                     for a in range(0, args.events, 1000):
                         w.append(events[a : a + 1000])
-                repo.rollover()
-                encoded = msgspec.msgpack.encode(events)
-                del events
-                bench("rich events (make_event)", repo, root, args.runs, True, encoded)
-            finally:
-                repo.close()
+
+            section("rich events (make_event)", root, "rich", rich, args.runs, True, encoded)
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
