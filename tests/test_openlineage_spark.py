@@ -11,6 +11,7 @@ import pytest
 from _openlineage_schema import file_client, read_events, validate_event
 
 from agent import LineageContext
+from repository import BadInput
 from repository.cli import main as cli
 
 pytestmark = [pytest.mark.spark, pytest.mark.usefixtures("no_openlineage_env")]
@@ -82,3 +83,5 @@ def test_each_action_emits_start_then_complete_or_fail(lc, tmp_path, capsys):
 def test_off_unless_configured(lc):
     assert LineageContext(lc.sc, lc.repo).openlineage is None
     assert LineageContext(lc.sc, lc.repo, openlineage=False).openlineage is None
+    with pytest.raises(BadInput, match="OpenLineage client"):
+        LineageContext(lc.sc, lc.repo, openlineage="http://marquez:5000")
