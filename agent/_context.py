@@ -36,6 +36,12 @@ class LineageContext:
       the driver on `spark.driver.host` (cluster masters only: local executors always see
       the containers); "shared": always the containers; "socket": always the receiver.
       Either way a task returns only once its lineage is durable in the repository.
+    - `openlineage`: an OpenLineage client (anything with `emit(event)`) to send each action's
+      RunEvents through; None (default): the client configured the standard way
+      (`OPENLINEAGE_URL`, `OPENLINEAGE_CONFIG`, `openlineage.yml`), off when none is; False:
+      off. `openlineage_namespace` / `openlineage_job`: the jobs' namespace (default
+      `OPENLINEAGE_NAMESPACE`, else "default") and name prefix (default: the app name). See
+      `agent._openlineage`.
     """
 
     def __init__(
@@ -47,6 +53,9 @@ class LineageContext:
         on_error: str = "fail",
         capture: bool = True,
         transport: str | None = None,
+        openlineage: Any = None,
+        openlineage_namespace: str | None = None,
+        openlineage_job: str | None = None,
     ) -> None:
         sc = getattr(spark, "sparkContext", spark)
         if not hasattr(sc, "parallelize") or not hasattr(sc, "runJob"):
@@ -57,6 +66,12 @@ class LineageContext:
             raise BadInput("LineageContext needs a repository opened for writing (its owner)")
         if on_error not in _ON_ERROR:
             raise BadInput(f"on_error must be one of {', '.join(_ON_ERROR)}, got {on_error!r}")
+        if not (isinstance(openlineage, bool) or openlineage is None) and not callable(
+            getattr(openlineage, "emit", None)
+        ):
+            raise BadInput(
+                f"openlineage must be an OpenLineage client (with emit), got {openlineage!r}"
+            )
         mode = repo.config.transport if transport is None else transport
         if mode not in TRANSPORTS:
             raise BadInput(f"transport must be one of {', '.join(TRANSPORTS)}, got {mode!r}")
@@ -78,6 +93,23 @@ class LineageContext:
         self._compiler = SparkCompiler(
             sc, self.run_id, self.writer_spec, capture=capture, on_error=on_error
         )
+        self.openlineage = self._openlineage(openlineage, openlineage_namespace, openlineage_job)
+
+    def _openlineage(self, client: Any, namespace: str | None, job: str | None) -> Any:
+        """The OpenLineage emitter listening to this context's actions, or None (off)."""
+        if client is False or not self.capture:
+            return None
+        from . import _openlineage
+
+        if client is None or client is True:
+            client = _openlineage.client_from_environment()
+            if client is None:
+                return None
+        emitter = _openlineage.OpenLineageEmitter(
+            client, self.repo, app=self.sc.appName, namespace=namespace, job_name=job
+        )
+        self.planner.add_listener(emitter)
+        return emitter
 
     # -- sources -----------------------------------------------------------------------------
 

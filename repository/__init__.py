@@ -5,7 +5,7 @@ the `provrepo` command line (`repository.cli`)."""
 from ._ageoff import AgeOffReport
 from ._config import RepositoryConfig, parse_duration, parse_size
 from ._errors import BadInput, ConfigError, NotFound, RepositoryError, RepositoryLocked
-from ._export import ExportBatch, ExportCursor
+from ._export import ExportBatch, ExportCursor, TableExport
 from ._receiver import ReceiverStats
 from ._repository import ProvenanceRepository
 from ._rollover import RolloverError, RolloverStats
@@ -50,6 +50,7 @@ __all__ = [
     "RolloverError",
     "RolloverStats",
     "RunInfo",
+    "TableExport",
     "VerifyReport",
     "format_record_id",
     "jsonable",

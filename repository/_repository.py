@@ -34,7 +34,7 @@ from ._ageoff import AgeOff, AgeOffReport
 from ._config import RepositoryConfig, parse_duration, parse_size
 from ._errors import BadInput, NotFound, RepositoryError, check_id
 from ._eventlog import LogReader
-from ._export import ExportBatch, ExportCursor, Exporter
+from ._export import ExportBatch, ExportCursor, Exporter, TableExport
 from ._idgen import IdGenerator
 from ._indexing import RepositoryIndex
 from ._layout import Layout
@@ -88,6 +88,7 @@ class ProvenanceRepository:
         )
         self._exporter = Exporter(self._store, lambda: self.max_event_id)
         self._lineage: LineageIndex | None = None
+        self._close_listeners: list[Callable[[], object]] = []
         self._index = RepositoryIndex(self.layout, config, self._store, read_only)
         self._ageoff = AgeOff(
             self.layout,
@@ -173,6 +174,11 @@ class ProvenanceRepository:
         """Stop the threads, seal driver journals and merge them. Safe to call twice."""
         if self._closed:
             return
+        for callback in list(self._close_listeners):
+            try:
+                callback()
+            except Exception:  # closing goes on: the listener's work is its own
+                log.exception("a close listener failed")
         self._closed = True
         self.stop_receiver()  # no journal may arrive after the final rollover
         self._rollover.stop()
@@ -305,6 +311,11 @@ class ProvenanceRepository:
         if not self.read_only and not self._closed:
             self._rollover.catch_up()
 
+    def add_close_listener(self, callback: Callable[[], object]) -> None:
+        """Call `callback()` when `close()` begins, while the repository is still open (e.g.
+        to finish work that reads it, such as OpenLineage events waiting for their counts)."""
+        self._close_listeners.append(callback)
+
     def add_rollover_listener(self, callback: Callable[[Toc], object]) -> None:
         """Call `callback(toc)` after each rollover that produced a log (e.g. the indexer)."""
         self._rollover.add_listener(callback)
@@ -353,6 +364,55 @@ class ProvenanceRepository:
     def cursor(self, name: str = "default") -> ExportCursor:
         """A named, persistent export cursor (exactly-once when committed after use)."""
         return ExportCursor(self._exporter, self.layout.cursors, name)
+
+    def export_parquet(
+        self,
+        out: str | os.PathLike[str],
+        *,
+        run: str | None = None,
+        from_id: int | None = None,
+        progress: bool = False,
+        chunk_events: int | None = None,
+    ) -> TableExport:
+        """Export events and lineage edges as Parquet tables under `out` (`events/` and
+        `edges/`, Hive-partitioned by run_id; DuckDB, Spark and pandas read them), from `out`'s
+        export cursor (or `from_id`, or the first id) to the newest event; `run`: that run
+        only. Written atomically and resumable: a killed export goes on where it stopped, and
+        a later one into the same `out` exports what came since. `progress`: a tqdm bar."""
+        return self._export_tables(out, "parquet", run, from_id, progress, chunk_events)
+
+    def export_jsonl(
+        self,
+        out: str | os.PathLike[str],
+        *,
+        run: str | None = None,
+        from_id: int | None = None,
+        progress: bool = False,
+        chunk_events: int | None = None,
+    ) -> TableExport:
+        """As `export_parquet`, in JSON lines (one object per row, the run id in each)."""
+        return self._export_tables(out, "jsonl", run, from_id, progress, chunk_events)
+
+    def _export_tables(
+        self,
+        out: str | os.PathLike[str],
+        fmt: str,
+        run: str | None,
+        from_id: int | None,
+        progress: bool,
+        chunk_events: int | None,
+    ) -> TableExport:
+        from ._tableexport import CHUNK_EVENTS, export_tables  # pyarrow: loaded when used
+
+        return export_tables(
+            self._store,
+            out,
+            fmt,
+            run=run,
+            from_id=from_id,
+            progress=progress,
+            chunk_events=CHUNK_EVENTS if chunk_events is None else chunk_events,
+        )
 
     def logs(self) -> list[LogReader]:
         """The committed event logs, oldest first."""

@@ -20,6 +20,19 @@ def repo(tmp_path, config):
         yield r
 
 
+@pytest.fixture
+def no_openlineage_env(monkeypatch, tmp_path):
+    """No OpenLineage configuration from the machine running the tests (environment, the
+    working directory's or the home directory's openlineage.yml)."""
+    import os
+
+    for k in list(os.environ):
+        if k.startswith("OPENLINEAGE"):
+            monkeypatch.delenv(k)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)
+
+
 @pytest.hookimpl(tryfirst=True)  # before `-m` deselects by marker
 def pytest_collection_modifyitems(config, items) -> None:
     """Every test on Spark (marked, or using the session) is marked `spark`, and skips with

@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-HEAVY = ("repository", "indexer", "tantivy", "watchdog", "tqdm", "pyspark")
+HEAVY = ("repository", "indexer", "tantivy", "watchdog", "tqdm", "pyspark", "pyarrow")
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 REPO = ROOT / "repository"
 # Above the storage core, each in its own folder: nothing in the core imports them.
