@@ -503,3 +503,82 @@ def test_unsupported_operations_raise(lc, data):
 
 
 _ = Window  # windows are tested in their own module
+
+
+# -- windows ---------------------------------------------------------------------------------------
+
+
+def _ordered_frames(T, part, order):
+    """Each row of orders (okey < 40) with the rows of its window partition, ordered."""
+    rows = R.where(T["orders"], lambda r: r["okey"] < 40)
+    out = []
+    for r, lin in rows:
+        members = sorted((x for x in rows if x[0][part] == r[part]), key=lambda x: x[0][order])
+        out.append((r, lin, members))
+    return out
+
+
+def test_window_ranking_lag_and_frames(lc, spark, data):
+    w = Window.partitionBy("ckey").orderBy("okey")
+
+    def build(t):
+        o = t["orders"].where("okey < 40")
+        return o.select(
+            "okey",
+            F.row_number().over(w).alias("rn"),
+            F.lag("okey", 1).over(w).alias("prev"),
+            F.sum("okey").over(w).alias("running"),
+            F.count("*").over(w.rowsBetween(-1, 1)).alias("around"),
+        )
+
+    def ref(T):
+        out = []
+        for r, lin, members in _ordered_frames(T, "ckey", "okey"):
+            i = next(k for k, m in enumerate(members) if m[0] is r)
+            prev = members[i - 1] if i else None
+            around = members[max(0, i - 1) : i + 2]
+            frame = members[: i + 1]
+            row = {
+                "okey": r["okey"],
+                "rn": i + 1,
+                "prev": prev[0]["okey"] if prev else None,
+                "running": sum(m[0]["okey"] for m in frame),
+                "around": len(around),
+            }
+            lineage = lin.union(*(m[1] for m in frame), *(m[1] for m in around))
+            if prev:
+                lineage |= prev[1]
+            out.append((row, lineage))
+        return out
+
+    check(lc, spark, data, build, ref, ["okey", "rn", "prev", "running", "around"])
+
+
+def test_window_rank_only_keeps_the_row(lc, spark, data):
+    w = Window.partitionBy("status").orderBy(F.col("ckey").desc())
+
+    def build(t):
+        o = t["orders"].where("okey < 40")
+        return o.withColumn("r", F.dense_rank().over(w)).select("okey", "status", "r")
+
+    def ref(T):
+        rows = R.where(T["orders"], lambda r: r["okey"] < 40)
+        out = []
+        for r, lin in rows:
+            higher = sorted(
+                {x[0]["ckey"] for x in rows if x[0]["status"] == r["status"]}, reverse=True
+            )
+            out.append(
+                ({"okey": r["okey"], "status": r["status"], "r": higher.index(r["ckey"]) + 1}, lin)
+            )
+        return out
+
+    check(lc, spark, data, build, ref, ["okey", "status", "r"])
+
+
+def test_window_over_an_expression_is_refused(lc, data):
+    from agent import UnsupportedOperation
+
+    o = tables(lc.read, data)["orders"]
+    with pytest.raises(UnsupportedOperation, match="expression"):
+        o.select(F.sum("okey").over(Window.partitionBy(F.col("ckey") + 1)))

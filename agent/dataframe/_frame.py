@@ -164,12 +164,19 @@ class LineageDataFrame:
         if not self._lin:
             return self._new(self._df.select(*cols))
         cols, extra = _windows.with_frames(self, cols)
-        if _windows.aggregates_everything(cols):
-            return self.agg(*cols)
         base = self._df.select(*cols)
         names = set(base.columns)
         missing = [quoted(h) for h in self._lin.names if h not in names]
-        out = self._df.select(*cols, *extra, *missing) if (missing or extra) else base
+        if not (missing or extra):
+            return self._new(base)
+        try:
+            out = self._df.select(*cols, *[e.column for e in extra], *missing)
+            out.columns  # noqa: B018 - analyze now (Spark Connect analyzes lazily)
+        except Exception as e:
+            # select(sum(x)) is a global aggregate: it cannot also carry row columns.
+            if "MISSING_GROUP_BY" in str(e) or "MISSING_AGGREGATION" in str(e):
+                return self.agg(*cols)
+            raise
         return self._windowed(out, extra)
 
     def selectExpr(self, *exprs: Any) -> LineageDataFrame:
@@ -184,12 +191,10 @@ class LineageDataFrame:
             return self._new(self._df.withColumns(mapping))
         names = list(mapping)
         cols, extra = _windows.with_frames(self, tuple(mapping[n] for n in names))
-        out = self._df.withColumns(dict(zip(names, cols)))
-        if extra:
-            out = out.select("*", *extra)
+        out = self._df.withColumns({**dict(zip(names, cols)), **{e.name: e.column for e in extra}})
         return self._windowed(out, extra)
 
-    def _windowed(self, df: Any, extra: list) -> LineageDataFrame:
+    def _windowed(self, df: Any, extra: list[_windows.Extra]) -> LineageDataFrame:
         if not extra:
             return self._new(df)
         # A window function's extra lineage (its frame, or lag/lead's other row) rides as
