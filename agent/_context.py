@@ -150,6 +150,12 @@ class LineageContext:
 
         return LineageReader(self._dataframes)
 
+    @property
+    def udf(self) -> Any:
+        """`lc.udf.register(name, f, returnType)`: a UDF for `lc.sql` and the DataFrame API
+        whose failures are recorded as culprits (FAIL events naming the row's sources)."""
+        return self._dataframes.udfs
+
     def createDataFrame(self, data: Any, schema: Any = None, **kwargs: Any) -> Any:
         """`spark.createDataFrame` whose rows are source records (their values captured)."""
         return self._dataframes.create(data, schema, **kwargs)

@@ -16,7 +16,8 @@ from pyspark.sql import functions as F
 
 from .._rdd import UnsupportedOperation
 from . import _windows
-from ._columns import Lineage, collected, fresh, is_hidden, null_of
+from ._columns import Lineage, all_ids, collected, fresh, is_hidden, null_of
+from ._udf import CURRENT, uses_current
 
 if TYPE_CHECKING:
     from .._spec import CapturePoint
@@ -99,6 +100,13 @@ class LineageDataFrame:
     def lineage_columns(self) -> Lineage:
         return self._lin
 
+    def _src(self, *cols: Any) -> Any:
+        """The underlying DataFrame, plus the row's ids as `__prov_cur` when one of `cols`
+        calls a captured UDF (its hidden last argument)."""
+        if self._lin and uses_current(cols):
+            return self._df.withColumn(CURRENT, all_ids(F, self._lin))
+        return self._df
+
     def _visible_df(self) -> Any:
         """The same rows without the hidden columns (what vanilla PySpark would hold)."""
         if not self._lin:
@@ -161,23 +169,25 @@ class LineageDataFrame:
 
     def select(self, *cols: Any) -> LineageDataFrame:
         cols = tuple(_flat(cols))
+        src = self._src(*cols)
         if not self._lin:
-            return self._new(self._df.select(*cols))
+            return self._new(src.select(*cols))
         cols, extra = _windows.with_frames(self, cols)
-        base = self._df.select(*cols)
+        base = src.select(*cols)
         names = set(base.columns)
         missing = [quoted(h) for h in self._lin.names if h not in names]
-        if not (missing or extra):
-            return self._new(base)
-        try:
-            out = self._df.select(*cols, *[e.column for e in extra], *missing)
-            out.columns  # noqa: B018 - analyze now (Spark Connect analyzes lazily)
-        except Exception as e:
-            # select(sum(x)) is a global aggregate: it cannot also carry row columns.
-            if "MISSING_GROUP_BY" in str(e) or "MISSING_AGGREGATION" in str(e):
-                return self.agg(*cols)
-            raise
-        return self._windowed(out, extra)
+        if missing or extra:
+            try:
+                base = src.select(*cols, *[e.column for e in extra], *missing)
+                base.columns  # noqa: B018 - analyze now (Spark Connect analyzes lazily)
+            except Exception as e:
+                # select(sum(x)) is a global aggregate: it cannot also carry row columns.
+                if "MISSING_GROUP_BY" in str(e) or "MISSING_AGGREGATION" in str(e):
+                    return self.agg(*cols)
+                raise
+        if CURRENT in names:  # a star took it along
+            base = base.drop(CURRENT)
+        return self._windowed(base, extra)
 
     def selectExpr(self, *exprs: Any) -> LineageDataFrame:
         return self.select(*[F.expr(e) if isinstance(e, str) else e for e in _flat(exprs)])
@@ -191,7 +201,10 @@ class LineageDataFrame:
             return self._new(self._df.withColumns(mapping))
         names = list(mapping)
         cols, extra = _windows.with_frames(self, tuple(mapping[n] for n in names))
-        out = self._df.withColumns({**dict(zip(names, cols)), **{e.name: e.column for e in extra}})
+        src = self._src(*cols)
+        out = src.withColumns({**dict(zip(names, cols)), **{e.name: e.column for e in extra}})
+        if src is not self._df:
+            out = out.drop(CURRENT)
         return self._windowed(out, extra)
 
     def _windowed(self, df: Any, extra: list[_windows.Extra]) -> LineageDataFrame:
@@ -227,12 +240,17 @@ class LineageDataFrame:
         return self._new(self._df.alias(alias))
 
     def filter(self, condition: Any) -> LineageDataFrame:
-        return self._new(self._df.filter(condition))
+        src = self._src(condition)
+        out = src.filter(condition)
+        return self._new(out if src is self._df else out.drop(CURRENT))
 
     where = filter
 
     def orderBy(self, *cols: Any, **kwargs: Any) -> LineageDataFrame:
-        return self._new(self._df.orderBy(*self._ordinals(_flat(cols), sort=True), **kwargs))
+        cols = self._ordinals(_flat(cols), sort=True)
+        src = self._src(*cols)
+        out = src.orderBy(*cols, **kwargs)
+        return self._new(out if src is self._df else out.drop(CURRENT))
 
     sort = orderBy
 

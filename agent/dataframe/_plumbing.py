@@ -107,6 +107,15 @@ class Plumbing:
     def lineage_of(self, cp: CapturePoint) -> LineageRDD:
         return self.lc.planner.lineage_of(cp)
 
+    def capture_python(self, modules: tuple[str, ...]) -> Any:
+        """Python functions built inside run an interpreter that can import `modules` (the
+        RDD agent's rule; nothing to choose under Spark Connect: the server does)."""
+        from contextlib import nullcontext
+
+        from .._interpreter import capture_python
+
+        return capture_python(self.lc.sc, modules) if self.lc.sc is not None else nullcontext()
+
     def rollover(self) -> None:
         self.lc.repo.rollover()
 

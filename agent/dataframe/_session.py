@@ -14,6 +14,7 @@ from ._columns import Lineage, collected, fresh
 from ._frame import LineageDataFrame
 from ._outputs import Outputs
 from ._plumbing import Plumbing, pickled
+from ._udf import LineageUDFRegistration
 
 if TYPE_CHECKING:
     from .._context import LineageContext
@@ -34,7 +35,12 @@ class FrameAgent:
         self.aggregates = aggregates
         self.outputs = Outputs(self)
         self.views: dict[str, LineageDataFrame] = {}
+        self.udfs = LineageUDFRegistration(self)
         self._lock = threading.Lock()
+
+    def capture_python(self, modules: tuple[str, ...]) -> Any:
+        """Build Python functions (UDFs, taps) that run capture code inside this."""
+        return self.plumbing.capture_python(modules)
 
     # -- sources -----------------------------------------------------------------------------
 
@@ -85,7 +91,7 @@ class FrameAgent:
         """groupBy/rollup/cube(...).agg(...): each group also collects its rows' ids."""
         lin = frame._lin
         name = fresh()
-        grouped = getattr(frame._df, kind)(*cols)
+        grouped = getattr(frame._src(*cols, *exprs), kind)(*cols)
         out = grouped.agg(*exprs, collected(F, lin).alias(name))
         return LineageDataFrame(self, out, Lineage((), (name,), lin.cps))
 
