@@ -131,7 +131,7 @@ def parents_of(rows_hidden: list[list[Any]], lin: Lineage) -> tuple[np.ndarray, 
         total = int(lens.sum())
         if total:
             flat = np.fromiter(
-                itertools.chain.from_iterable(r[j] for r in rows_hidden if r[j]),
+                itertools.chain.from_iterable(r[j] for r in rows_hidden if r[j] is not None),
                 dtype=np.int64,
                 count=total,
             )
