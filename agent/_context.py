@@ -150,6 +150,11 @@ class LineageContext:
 
         return LineageReader(self._dataframes)
 
+    def sql(self, sqlQuery: str) -> Any:
+        """`spark.sql` over temp views made from captured DataFrames
+        (`df.createOrReplaceTempView(name)`): the result carries each row's lineage."""
+        return self._dataframes.sql(sqlQuery)
+
     @property
     def udf(self) -> Any:
         """`lc.udf.register(name, f, returnType)`: a UDF for `lc.sql` and the DataFrame API

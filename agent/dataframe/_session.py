@@ -95,6 +95,11 @@ class FrameAgent:
         out = grouped.agg(*exprs, collected(F, lin).alias(name))
         return LineageDataFrame(self, out, Lineage((), (name,), lin.cps))
 
+    def sql(self, text: str) -> LineageDataFrame:
+        from ._sql import run_sql
+
+        return run_sql(self, text)
+
     # -- views -------------------------------------------------------------------------------
 
     def register_view(self, name: str, frame: LineageDataFrame, replace: bool) -> None:
