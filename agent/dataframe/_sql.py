@@ -135,7 +135,9 @@ class SqlRewriter:
         order, limit = node.args.get("order"), node.args.get("limit")
         node.set("order", None)
         node.set("limit", None)
-        cols = [c for c in self._columns_of_sql(node.sql(dialect="spark")) if c != name]
+        cols = self._output_columns(node.sql(dialect="spark"), ctes)
+        if cols is None:
+            raise UnsupportedOperation("lc.sql: UNION over a query Spark cannot analyze alone")
         out = fresh("u")
         t = fresh("t")
         wrapper = E.select(
@@ -264,12 +266,16 @@ class SqlRewriter:
             body = src.this
             if names:
                 # `(SELECT ...) AS t(a, b)`: the rewritten body has more columns than names;
-                # the names become the body's own aliases.
-                if not isinstance(body, E.Select) or any(
-                    isinstance(e, E.Star) for e in body.expressions
+                # the names become the aliases of its (leftmost) select list.
+                first = body
+                while isinstance(first, E.Union | E.Subquery):
+                    first = first.this
+                if not isinstance(first, E.Select) or any(
+                    isinstance(e, E.Star) or (isinstance(e, E.Column) and e.is_star)
+                    for e in first.expressions
                 ):
                     raise UnsupportedOperation("lc.sql: a column alias list on this subquery")
-                for e, n in zip(body.expressions, names):
+                for e, n in zip(first.expressions, names):
                     e.replace(E.alias_(e.this if isinstance(e, E.Alias) else e, n.copy()))
                 alias.set("columns", None)
             inner, rel = self.query(body, ctes)
