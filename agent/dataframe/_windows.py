@@ -100,9 +100,82 @@ def _function_start(text: str, close: int) -> tuple[str, int]:
     return "", -1
 
 
+def _split_top(text: str) -> list[str]:
+    """`text` split at commas outside parentheses and quotes."""
+    parts, depth, quote, start = [], 0, None, 0
+    for i, ch in enumerate(text):
+        if quote:
+            quote = None if ch == quote else quote
+        elif ch in "'`\"":
+            quote = ch
+        elif ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            parts.append(text[start:i].strip())
+            start = i + 1
+    parts.append(text[start:].strip())
+    return [p for p in parts if p]
+
+
+_UNBOUNDED = 1 << 63
+
+
+def _connect_bound(b: str) -> str:
+    n = int(b)
+    if n <= -(_UNBOUNDED - 1):
+        return "UNBOUNDED PRECEDING"
+    if n >= _UNBOUNDED - 1:
+        return "UNBOUNDED FOLLOWING"
+    return "CURRENT ROW" if n == 0 else f"{abs(n)} {'PRECEDING' if n < 0 else 'FOLLOWING'}"
+
+
+def _connect_windows(text: str) -> list[tuple[str, str, str]]:
+    """Spark Connect spells a window `WindowExpression(f(args), (WindowSpec(PartitionBy(..),
+    OrderBy(..), WindowFrame(ROW_FRAME|RANGE_FRAME, lo, hi))))`; returns SQL specs."""
+    out = []
+    start = 0
+    while True:
+        i = text.find("WindowExpression(", start)
+        if i < 0:
+            return out
+        open_ = i + len("WindowExpression")
+        inner = text[open_ + 1 : _balanced(text, open_) - 1]
+        parts = _split_top(inner)
+        if len(parts) != 2:
+            raise UnsupportedOperation(f"window expression {text!r} (cannot read its window)")
+        call, spec = parts
+        name = re.match(r"\s*([A-Za-z_][A-Za-z0-9_]*)", call)
+        args = call[call.find("(") + 1 : call.rfind(")")]
+        spec = spec.strip()
+        while spec.startswith("(") and spec.endswith(")"):
+            spec = spec[1:-1].strip()
+        if not spec.startswith("WindowSpec("):
+            raise UnsupportedOperation(f"window expression {text!r} (cannot read its window)")
+        sql = []
+        for piece in _split_top(spec[len("WindowSpec(") : -1]):
+            head, _, body = piece.partition("(")
+            body = body[:-1]
+            if head == "PartitionBy":
+                sql.append("PARTITION BY " + ", ".join(_split_top(body)))
+            elif head == "OrderBy":
+                sql.append("ORDER BY " + ", ".join(_split_top(body)))
+            elif head == "WindowFrame":
+                kind, lo, hi = _split_top(body)
+                frame = "ROWS" if kind == "ROW_FRAME" else "RANGE"
+                sql.append(f"{frame} BETWEEN {_connect_bound(lo)} AND {_connect_bound(hi)}")
+            else:
+                raise UnsupportedOperation(f"window expression {text!r} ({head})")
+        out.append(((name.group(1).lower() if name else ""), args, " ".join(sql)))
+        start = open_
+
+
 def windows_in(text: str) -> list[tuple[str, str, str]]:
     """(function, its arguments, window spec) of each window expression in a column's
     text."""
+    if "WindowExpression(" in text:
+        return _connect_windows(text)
     out = []
     for m in _OVER.finditer(text):
         close = m.start()
@@ -151,7 +224,7 @@ def with_frames(frame: Any, cols: tuple) -> tuple[tuple, list[Extra]]:
     seen: set[tuple[str, str, str]] = set()
     for col in cols:
         text = column_text(col)
-        if " OVER " not in text.upper():
+        if " OVER " not in text.upper() and "WindowExpression(" not in text:
             continue
         for name, args, spec in windows_in(text):
             key = (name, args, spec)
