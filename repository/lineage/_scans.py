@@ -89,12 +89,14 @@ class ScanRows:
                 fi = int(lines.file[pos])
                 by_file.setdefault(fi, []).append((int(lines.starts[pos]), int(lines.ends[pos]), k))
         for fi, spans in by_file.items():
-            with open(files[fi][0], "rb") as f:
-                for start, end, k in sorted(spans):
-                    f.seek(start)
-                    raw = f.read(end - start)
-                    out[k] = raw[:-1] if raw.endswith(b"\r") else raw
-                    out[k] = out[k].decode("utf-8", "replace")
+            spans.sort()
+            with (
+                open(files[fi][0], "rb") as f,
+                mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm,
+            ):
+                for start, end, k in spans:
+                    raw = mm[start:end]
+                    out[k] = (raw[:-1] if raw.endswith(b"\r") else raw).decode("utf-8", "replace")
         return out
 
     def spans(self, key: Any, scan: dict, partition: int, positions: np.ndarray) -> list:
@@ -196,14 +198,18 @@ class ScanRows:
     def _parquet_rows(self, key: Any, scan: dict, partition: int, positions: np.ndarray) -> list:
         groups = _parquet_groups(scan, partition)
         ends = np.cumsum([n for _, _, n in groups]) if groups else np.array([], dtype=np.int64)
-        out: list = [None] * len(positions)
-        for k, pos in enumerate(np.asarray(positions, dtype=np.int64).tolist()):
-            g = int(np.searchsorted(ends, pos, side="right"))
-            if pos < 0 or g >= len(groups):
+        pos = np.asarray(positions, dtype=np.int64)
+        which = np.searchsorted(ends, pos, side="right")
+        out: list = [None] * len(pos)
+        for g in np.unique(which).tolist():
+            if g >= len(groups):
                 continue
             fi, rg, n = groups[g]
+            ks = np.flatnonzero((which == g) & (pos >= 0))
+            local = pos[ks] - (int(ends[g]) - n)
             table = self._row_group(key, scan, fi, rg)
-            out[k] = _row(table, pos - (int(ends[g]) - n))
+            for k, values in zip(ks.tolist(), table.take(local).to_pylist()):
+                out[k] = _row(values)
         return out
 
     def _row_group(self, key: Any, scan: dict, fi: int, rg: int):
@@ -219,10 +225,9 @@ class ScanRows:
         return table
 
 
-def _row(table, i: int):
+def _row(values: dict):
     from pyspark.sql import Row
 
-    values = table.slice(i, 1).to_pylist()[0]
     return Row(**values)
 
 
