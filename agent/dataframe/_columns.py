@@ -20,14 +20,13 @@ from typing import Any
 
 import numpy as np
 
-from journals import MAX_CAPTURE_POINT, MAX_PARTITION, MAX_POSITION
+from journals import MAX_PARTITION, MAX_POSITION
 
 PREFIX = "__prov_"
 _counter = itertools.count(1)
 
 POSITION_BITS = MAX_POSITION.bit_length()
 CP_SHIFT = MAX_PARTITION.bit_length() + POSITION_BITS
-MAX_CP = MAX_CAPTURE_POINT
 MONO_PARTITION_SHIFT = 33  # monotonically_increasing_id: partition << 33 | row in partition
 
 

@@ -247,21 +247,21 @@ class LineageDataFrame:
     where = filter
 
     def orderBy(self, *cols: Any, **kwargs: Any) -> LineageDataFrame:
-        cols = self._ordinals(_flat(cols), sort=True)
-        src = self._src(*cols)
-        out = src.orderBy(*cols, **kwargs)
+        order = self._ordinals(_flat(cols), sort=True)
+        src = self._src(*order)
+        out = src.orderBy(*order, **kwargs)
         return self._new(out if src is self._df else out.drop(CURRENT))
 
     sort = orderBy
 
     def sortWithinPartitions(self, *cols: Any, **kwargs: Any) -> LineageDataFrame:
-        cols = self._ordinals(_flat(cols), sort=True)
-        return self._new(self._df.sortWithinPartitions(*cols, **kwargs))
+        order = self._ordinals(_flat(cols), sort=True)
+        return self._new(self._df.sortWithinPartitions(*order, **kwargs))
 
     def _ordinals(self, cols: list, sort: bool = False) -> list:
         """Integer column ordinals (1-based; negative: descending) name visible columns:
         the hidden ones must not shift them."""
-        out = []
+        out: list[Any] = []
         for c in cols:
             if isinstance(c, int) and not isinstance(c, bool):
                 if c == 0 or abs(c) > len(self.columns):

@@ -268,7 +268,7 @@ def parquet_row_groups(files: list[ScanFile]) -> list[list[list[int]]]:
     half the group's compressed size."""
     import pyarrow.parquet as pq
 
-    out = []
+    out: list[list[list[int]]] = []
     for f in files:
         if f.size == 0:  # Spark plans no piece for an empty file
             out.append([])

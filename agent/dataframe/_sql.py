@@ -213,11 +213,11 @@ class SqlRewriter:
         if merged:
             sel.append("expressions", E.alias_(self._row_ids(row), merged))
             return Rel([(merged, ARRAY)])
-        out = []
-        for a, n, k in row:
-            name = fresh()
-            sel.append("expressions", E.alias_(E.column(n, table=a), name))
-            out.append((name, k))
+        out: list[tuple[str, str]] = []
+        for table, column, kind in row:
+            col = fresh()
+            sel.append("expressions", E.alias_(E.column(column, table=table), col))
+            out.append((col, kind))
         return Rel(out)
 
     def _from_items(self, sel: Any, ctes: dict[str, Item]) -> list[Item]:
@@ -404,7 +404,9 @@ class SqlRewriter:
             raise UnsupportedOperation(
                 "lc.sql: a correlated subquery whose outer columns are not all of one FROM item"
             )
-        (outer_item,) = owner
+        (found,) = owner
+        assert found is not None
+        outer_item: Item = found
         if isinstance(pred, E.In):
             raise UnsupportedOperation("lc.sql: a correlated IN subquery (write EXISTS)")
         # K: the outer FROM item's distinct values of those columns.
@@ -475,7 +477,7 @@ class SqlRewriter:
     def _peek_items(self, body: Any, ctes: dict[str, Item]) -> list[Item]:
         """The FROM items of a subquery (aliases and visible columns), without rewriting."""
         E = self.E
-        out = []
+        out: list[Item] = []
         from_ = body.args.get("from_")
         if from_ is None:
             return out
@@ -525,7 +527,8 @@ class SqlRewriter:
         if where is None:
             return [], []
         conjuncts = list(_conjuncts(E, where.this))
-        correlated, local = [], []
+        correlated: list[Any] = []
+        local: list[Any] = []
         for c in conjuncts:
             outer = any(
                 self._is_outer(col, inner_items)

@@ -12,6 +12,7 @@ import warnings
 from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import functions as F
+from pyspark.sql.pandas.functions import pandas_udf
 
 from .._rdd import UnsupportedOperation
 from ._columns import PREFIX
@@ -78,7 +79,8 @@ class LineageUDFRegistration:
                 warnings.simplefilter("ignore", UserWarning)
                 if eval_type == _SCALAR_PANDAS:
                     wrapped = _function(PandasUdf(func, spec))
-                    inner = F.pandas_udf(wrapped, returnType, _SCALAR_PANDAS)
+                    make: Any = pandas_udf  # its stubs do not list the eval type given here
+                    inner = make(wrapped, returnType, _SCALAR_PANDAS)
                 else:
                     inner = F.udf(_function(PythonUdf(func, spec)), returnType)
         if getattr(f, "deterministic", True) is False:

@@ -134,7 +134,7 @@ def _connect_bound(b: str) -> str:
 def _connect_windows(text: str) -> list[tuple[str, str, str]]:
     """Spark Connect spells a window `WindowExpression(f(args), (WindowSpec(PartitionBy(..),
     OrderBy(..), WindowFrame(ROW_FRAME|RANGE_FRAME, lo, hi))))`; returns SQL specs."""
-    out = []
+    out: list[tuple[str, str, str]] = []
     start = 0
     while True:
         i = text.find("WindowExpression(", start)

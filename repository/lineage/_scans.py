@@ -103,7 +103,7 @@ class ScanRows:
         """(file path, offset, length) of each line (None past the end); line formats only."""
         self._check_files(key, scan)
         lines = self.lines(key, scan, partition)
-        out = []
+        out: list[tuple[str, int, int] | None] = []
         for pos in np.asarray(positions, dtype=np.int64).tolist():
             if 0 <= pos < len(lines.starts):
                 fi = int(lines.file[pos])
