@@ -96,29 +96,17 @@ def test_captured_pipeline_and_trace_under_connect(connect, repo, tmp_path):
     (tmp_path / "i.csv").write_text("okey,price\n" + "".join(f"{a},{b}\n" for a, b in items))
     lc = LineageContext(connect, repo)
     assert lc.sc is None
-    o = lc.read.csv(
-        str(tmp_path / "o.csv"), header=True, schema="okey INT, ckey INT, status STRING"
-    )
-    it = lc.read.csv(str(tmp_path / "i.csv"), header=True, schema="okey INT, price DOUBLE")
-    q = (
-        o.where(F.col("status") == "F")
-        .join(it, "okey")
-        .groupBy("ckey")
-        .agg(F.sum("price").alias("spent"))
-        .orderBy("ckey")
-    )
-    vo = connect.read.csv(
-        str(tmp_path / "o.csv"), header=True, schema="okey INT, ckey INT, status STRING"
-    )
-    vi = connect.read.csv(str(tmp_path / "i.csv"), header=True, schema="okey INT, price DOUBLE")
-    want = (
-        vo.where(F.col("status") == "F")
-        .join(vi, "okey")
-        .groupBy("ckey")
-        .agg(F.sum("price").alias("spent"))
-        .orderBy("ckey")
-        .collect()
-    )
+
+    def query(reader):
+        o = reader.csv(
+            str(tmp_path / "o.csv"), header=True, schema="okey INT, ckey INT, status STRING"
+        )
+        it = reader.csv(str(tmp_path / "i.csv"), header=True, schema="okey INT, price DOUBLE")
+        q = o.where(F.col("status") == "F").join(it, "okey").groupBy("ckey")
+        return o, q.agg(F.sum("price").alias("spent")).orderBy("ckey")
+
+    o, q = query(lc.read)
+    want = query(connect.read)[1].collect()
     assert q.collect() == want
     for row in want:
         back = q.lineage().filter(lambda r, k=row.ckey: r["ckey"] == k).go_back_all().collect()

@@ -260,8 +260,9 @@ class SqlRewriter:
             return Item(alias, lin, frame.columns)
         if isinstance(src, E.Subquery):
             alias = src.args.get("alias")
-            if alias is None:
-                raise UnsupportedOperation("lc.sql: a derived table without an alias")
+            if alias is None:  # Spark allows it; its lineage columns need a name to refer to
+                alias = E.TableAlias(this=E.to_identifier(fresh("d")))
+                src.set("alias", alias)
             names = alias.args.get("columns")
             body = src.this
             if names:

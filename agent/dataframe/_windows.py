@@ -16,6 +16,7 @@ an expression, which prints in prefix form) is refused with `UnsupportedOperatio
 
 from __future__ import annotations
 
+import itertools
 import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -57,65 +58,51 @@ def column_text(col: Any) -> str:
     return text
 
 
-def _balanced(text: str, start: int) -> int:
-    """Index just past the parenthesis closing the one at `start`."""
-    depth = 0
-    quote = None
-    for i in range(start, len(text)):
-        ch = text[i]
+def _depths(text: str) -> list[int | None]:
+    """The parenthesis depth before each character of `text` (None inside quotes)."""
+    out: list[int | None] = []
+    depth, quote = 0, None
+    for ch in text:
         if quote:
-            if ch == quote:
-                quote = None
+            out.append(None)
+            quote = None if ch == quote else quote
             continue
+        out.append(depth)
         if ch in "'`\"":
             quote = ch
         elif ch == "(":
             depth += 1
         elif ch == ")":
             depth -= 1
-            if depth == 0:
-                return i + 1
+    return out
+
+
+def _balanced(text: str, start: int) -> int:
+    """Index just past the parenthesis closing the one at `start`."""
+    depths = _depths(text)
+    level = depths[start]
+    for i in range(start + 1, len(text)):
+        if text[i] == ")" and depths[i] == (level or 0) + 1:
+            return i + 1
     raise UnsupportedOperation(f"window expression {text!r} (cannot read its window)")
 
 
 def _function_start(text: str, close: int) -> tuple[str, int]:
     """The function name and the index of its '(' for a call ending at text[close]."""
-    depth = 0
-    quote = None
-    for i in range(close, -1, -1):
-        ch = text[i]
-        if quote:
-            if ch == quote:
-                quote = None
-            continue
-        if ch in "'`\"":
-            quote = ch
-        elif ch == ")":
-            depth += 1
-        elif ch == "(":
-            depth -= 1
-            if depth == 0:
-                m = re.search(r"([A-Za-z_][A-Za-z0-9_]*)$", text[:i])
-                return (m.group(1).lower() if m else ""), i
+    depths = _depths(text)
+    level = depths[close]
+    for i in range(close - 1, -1, -1):
+        if text[i] == "(" and depths[i] == (level or 0) - 1:
+            m = re.search(r"([A-Za-z_][A-Za-z0-9_]*)$", text[:i])
+            return (m.group(1).lower() if m else ""), i
     return "", -1
 
 
 def _split_top(text: str) -> list[str]:
     """`text` split at commas outside parentheses and quotes."""
-    parts, depth, quote, start = [], 0, None, 0
-    for i, ch in enumerate(text):
-        if quote:
-            quote = None if ch == quote else quote
-        elif ch in "'`\"":
-            quote = ch
-        elif ch == "(":
-            depth += 1
-        elif ch == ")":
-            depth -= 1
-        elif ch == "," and depth == 0:
-            parts.append(text[start:i].strip())
-            start = i + 1
-    parts.append(text[start:].strip())
+    cuts = [i for i, d in enumerate(_depths(text)) if d == 0 and text[i] == ","]
+    bounds = [-1, *cuts, len(text)]
+    parts = [text[a + 1 : b].strip() for a, b in itertools.pairwise(bounds)]
     return [p for p in parts if p]
 
 
