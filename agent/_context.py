@@ -17,6 +17,7 @@ from ._planner import Planner
 from ._rdd import CapturedRDD
 from ._splits import compute_splits, list_input_files
 from ._trace import LineageRDD
+from .dataframe._policy import AGGREGATE_POLICIES
 
 _ON_ERROR = ("fail", "skip")
 
@@ -56,9 +57,10 @@ class LineageContext:
         openlineage: Any = None,
         openlineage_namespace: str | None = None,
         openlineage_job: str | None = None,
+        aggregates: str = "eager",
     ) -> None:
-        sc = getattr(spark, "sparkContext", spark)
-        if not hasattr(sc, "parallelize") or not hasattr(sc, "runJob"):
+        sc, session = _context_and_session(spark)
+        if sc is None and session is None:
             raise TypeError(f"LineageContext needs a SparkSession or SparkContext, got {spark!r}")
         if not isinstance(repo, ProvenanceRepository):
             raise TypeError(f"LineageContext needs a ProvenanceRepository, got {repo!r}")
@@ -75,13 +77,23 @@ class LineageContext:
         mode = repo.config.transport if transport is None else transport
         if mode not in TRANSPORTS:
             raise BadInput(f"transport must be one of {', '.join(TRANSPORTS)}, got {mode!r}")
-        self.sc = sc
-        check_capture_python(sc)  # fails now, not in every task, if workers cannot capture
+        if aggregates not in AGGREGATE_POLICIES:
+            raise BadInput(
+                f"aggregates must be one of {', '.join(AGGREGATE_POLICIES)}, got {aggregates!r}"
+            )
+        self.sc = sc  # None under Spark Connect: DataFrames and SQL only
+        self.spark = session
+        if sc is not None:
+            check_capture_python(sc)  # fails now, not in every task, if workers cannot capture
         self.repo = repo
         self.run_id = run_id or f"run-{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:6]}"
         self.on_error = on_error
         self.capture = capture
-        local = str(sc.master).startswith("local")
+        # Under Spark Connect (no SparkContext here) the server's workers are taken to share
+        # this machine's files, as a local master's do.
+        local = sc is None or str(sc.master).startswith("local")
+        if sc is None and mode == "socket":
+            raise BadInput("transport='socket' needs a classic SparkSession (not Spark Connect)")
         if mode == "socket" or (mode == "auto" and not local):
             host, bind = driver_address(sc, local)
             repo.start_receiver(host, bind_host=bind)
@@ -89,7 +101,10 @@ class LineageContext:
         self.writer_spec = repo.writer_spec(mode)
         # Plumbing for front-ends (this RDD agent, a DataFrame agent): names, capture points,
         # the run descriptor, actions and outputs. Users need not touch it.
-        self.planner = Planner(repo, self.run_id, app=sc.appName, spark_version=sc.version, sc=sc)
+        app, version = _app_and_version(sc, session)
+        self.planner = Planner(repo, self.run_id, app=app, spark_version=version, sc=sc)
+        self._aggregates = aggregates
+        self._frames: Any = None
         self._compiler = SparkCompiler(
             sc, self.run_id, self.writer_spec, capture=capture, on_error=on_error
         )
@@ -106,10 +121,49 @@ class LineageContext:
             if client is None:
                 return None
         emitter = _openlineage.OpenLineageEmitter(
-            client, self.repo, app=self.sc.appName, namespace=namespace, job_name=job
+            client,
+            self.repo,
+            app=_app_and_version(self.sc, self.spark)[0],
+            namespace=namespace,
+            job_name=job,
         )
         self.planner.add_listener(emitter)
         return emitter
+
+    # -- DataFrames and SQL ------------------------------------------------------------------
+
+    @property
+    def _dataframes(self) -> Any:
+        if self._frames is None:
+            if self.spark is None:
+                raise BadInput("DataFrames need a SparkSession (this context has a SparkContext)")
+            from .dataframe import FrameAgent
+
+            self._frames = FrameAgent(self, self.spark, self._aggregates)
+        return self._frames
+
+    @property
+    def read(self) -> Any:
+        """A DataFrameReader whose DataFrames capture lineage: `lc.read.csv(path, ...)`,
+        `.json` (JSON lines), `.text`, `.parquet`, `.format(f).load(path)`."""
+        from .dataframe._reader import LineageReader
+
+        return LineageReader(self._dataframes)
+
+    def sql(self, sqlQuery: str) -> Any:
+        """`spark.sql` over temp views made from captured DataFrames
+        (`df.createOrReplaceTempView(name)`): the result carries each row's lineage."""
+        return self._dataframes.sql(sqlQuery)
+
+    @property
+    def udf(self) -> Any:
+        """`lc.udf.register(name, f, returnType)`: a UDF for `lc.sql` and the DataFrame API
+        whose failures are recorded as culprits (FAIL events naming the row's sources)."""
+        return self._dataframes.udfs
+
+    def createDataFrame(self, data: Any, schema: Any = None, **kwargs: Any) -> Any:
+        """`spark.createDataFrame` whose rows are source records (their values captured)."""
+        return self._dataframes.create(data, schema, **kwargs)
 
     # -- sources -----------------------------------------------------------------------------
 
@@ -197,3 +251,29 @@ def driver_address(sc: Any, local: bool) -> tuple[str, str | None]:
     if not host:
         raise BadInput("spark.driver.host is not set: cannot place the journal receiver")
     return host, conf.get("spark.driver.bindAddress", None)
+
+
+def _context_and_session(spark: Any) -> tuple[Any, Any]:
+    """(SparkContext or None, SparkSession or None) of what a user handed in: a classic
+    session has both, a Spark Connect session has no SparkContext, a context has no session."""
+    if hasattr(spark, "parallelize") and hasattr(spark, "runJob"):
+        return spark, None
+    if not hasattr(spark, "createDataFrame") or not hasattr(spark, "read"):
+        return None, None
+    try:
+        sc = spark.sparkContext
+    except Exception:  # Spark Connect: no JVM-side context in this process
+        sc = None
+    if sc is not None and not (hasattr(sc, "parallelize") and hasattr(sc, "runJob")):
+        sc = None
+    return sc, spark
+
+
+def _app_and_version(sc: Any, spark: Any) -> tuple[str, str]:
+    if sc is not None:
+        return sc.appName, sc.version
+    try:
+        app = str(spark.conf.get("spark.app.name"))
+    except Exception:
+        app = ""
+    return app, str(spark.version)

@@ -38,6 +38,12 @@ def test_executor_side_agent_code_is_light():
     assert not roots(loaded) & set(HEAVY), roots(loaded) & set(HEAVY)
 
 
+def test_executor_side_dataframe_code_is_light():
+    # What a captured UDF or the write tap unpickles in a Python worker.
+    loaded = loaded_after("import agent.dataframe._udfrun, agent.dataframe._tap")
+    assert not roots(loaded) & set(HEAVY), roots(loaded) & set(HEAVY)
+
+
 @pytest.mark.parametrize(
     ("package", "forbidden"),
     [

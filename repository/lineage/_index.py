@@ -28,6 +28,7 @@ from journals import (
     ProvenanceEvent,
     group_ids,
     isin_sorted,
+    pack_record_id,
     record_id_base,
     unique_ids,
     unpack_record_id,
@@ -39,6 +40,7 @@ from .._errors import NotFound
 from .._store import LogStore
 from .._toc import BatchRef
 from ._raw import read_ranges
+from ._scans import ScanRows, scan_of
 
 PARTITION_BITS = MAX_PARTITION.bit_length()
 
@@ -144,6 +146,7 @@ class LineageIndex:
         self._infos: dict[str, RunInfo] = {}
         self._whole: OrderedDict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = OrderedDict()
         self._whole_bytes = 0
+        self._scan_rows = ScanRows()  # DataFrame scan rows, re-read from their files
 
     # -- directory ---------------------------------------------------------------------------
 
@@ -355,12 +358,31 @@ class LineageIndex:
                     else:
                         hi = mid - 1
                 return base + lo
+        return self._scan_record_at(run, path, offset)
+
+    # -- DataFrame scans: rows named by position, not stored one by one -----------------------
+
+    def _scans(self, run: str) -> dict[int, dict]:
+        desc = self.run_info(run).descriptor or {}
+        return {
+            c["cp"]: scan
+            for c in desc.get("capture_points", [])
+            if (scan := scan_of(c)) is not None
+        }
+
+    def _scan_record_at(self, run: str, path: str, offset: int) -> int | None:
+        for cp, scan in self._scans(run).items():
+            hit = self._scan_rows.position_of((run, cp), scan, path, offset)
+            if hit is not None:
+                return pack_record_id(cp, hit[0], hit[1])
         return None
 
     def newest_run_with(self, record_id: int) -> str | None:
         """The newest run that stores this record (None if no run does)."""
         for candidate in reversed(self.runs()):
-            if self.event_ids(candidate, np.array([record_id]))[0]:
+            if self.event_ids(candidate, np.array([record_id]))[0] or self.is_scan_row(
+                candidate, record_id
+            ):
                 return candidate
         return None
 
@@ -376,6 +398,30 @@ class LineageIndex:
             if rid is not None:
                 return candidate, rid
         return None
+
+    def is_scan_row(self, run: str, record_id: int) -> bool:
+        """Whether `record_id` names a row of one of the run's DataFrame file scans (such
+        rows are re-read from their files, not stored)."""
+        cp, part, pos = unpack_record_id(record_id)
+        scan = self._scans(run).get(cp)
+        if scan is None or part >= len(scan["partitions"]):
+            return False
+        return pos < self._scan_rows.count((run, cp), scan, part)
+
+    def _scan_data(self, run: str, ids: list[int]) -> dict[int, object]:
+        scans = self._scans(run)
+        out: dict[int, object] = {}
+        if not scans:
+            return out
+        arr = np.asarray(ids, dtype=np.int64)
+        cps, parts, poss = unpack_record_ids(arr)
+        for cp, scan in scans.items():
+            sel = cps == cp
+            for part in np.unique(parts[sel]).tolist():
+                m = sel & (parts == part)
+                data = self._scan_rows.data((run, cp), scan, part, poss[m])
+                out.update(zip(arr[m].tolist(), data))
+        return out
 
     def _location(self, run: str, record_id: int) -> Location | None:
         (ev,) = self.events(run, np.array([record_id], dtype=np.int64))
@@ -657,6 +703,9 @@ class LineageIndex:
         for uri, todo in reads.items():  # one open per file, reads in offset order
             for rid, text in zip((t[2] for t in sorted(todo)), read_ranges(uri, sorted(todo))):
                 out[rid] = text
+        missing = [int(r) for r in np.unique(ids) if int(r) not in out]
+        if missing:
+            out.update(self._scan_data(run, missing))
         return [out.get(int(r)) for r in ids]
 
 

@@ -65,6 +65,7 @@ def resolve_record(index: LineageIndex, ref: RecordRef, run: str | None = None) 
             raise NotFound(f"no run stores record {what}")
         return found, ref
     index.run_info(run)  # NotFound naming the runs there are
-    if not index.event_ids(run, np.array([ref], dtype=np.int64))[0]:
+    stored = index.event_ids(run, np.array([ref], dtype=np.int64))[0]
+    if not stored and not index.is_scan_row(run, ref):
         raise NotFound(f"run {run} stores no record {what}")
     return run, ref
