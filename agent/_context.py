@@ -7,6 +7,7 @@ import uuid
 from collections.abc import Iterable
 from typing import Any
 
+from journals import TRANSPORTS
 from repository import BadInput, Culprit, ProvenanceRepository
 
 from ._compile import SparkCompiler
@@ -18,6 +19,7 @@ from ._rdd import CapturedRDD
 from ._spark_trace import SPARK_THRESHOLD
 from ._splits import compute_splits, list_input_files
 from ._trace import LineageRDD
+from .dataframe._policy import AGGREGATE_POLICIES
 
 _ON_ERROR = ("fail", "skip")
 
@@ -31,6 +33,18 @@ class LineageContext:
       and fails the job as Spark would; "skip" records it, drops the record and goes on.
     - `capture=False` runs the same pipelines without recording lineage (`lineage()` then
       has nothing to trace).
+    - `transport`: how executors hand their journals over (default: the repository's
+      `RepositoryConfig.transport`). "auto": into the journal containers where an executor
+      sees them (a shared filesystem), else streamed to a receiver this context starts in
+      the driver on `spark.driver.host` (cluster masters only: local executors always see
+      the containers); "shared": always the containers; "socket": always the receiver.
+      Either way a task returns only once its lineage is durable in the repository.
+    - `openlineage`: an OpenLineage client (anything with `emit(event)`) to send each action's
+      RunEvents through; None (default): the client configured the standard way
+      (`OPENLINEAGE_URL`, `OPENLINEAGE_CONFIG`, `openlineage.yml`), off when none is; False:
+      off. `openlineage_namespace` / `openlineage_job`: the jobs' namespace (default
+      `OPENLINEAGE_NAMESPACE`, else "default") and name prefix (default: the app name). See
+      `agent._openlineage`.
     - `spark_threshold`: a trace of this context's lineage whose frontier grows past this
       many records goes on as Spark jobs over the event logs (None: only when asked, with
       `go_back_all(spark=True)` and the like). See `LineageRDD`.
@@ -48,11 +62,16 @@ class LineageContext:
         run_id: str | None = None,
         on_error: str = "fail",
         capture: bool = True,
+        transport: str | None = None,
+        openlineage: Any = None,
+        openlineage_namespace: str | None = None,
+        openlineage_job: str | None = None,
+        aggregates: str = "eager",
         narrow: str = "eager",
         spark_threshold: int | None = SPARK_THRESHOLD,
     ) -> None:
-        sc = getattr(spark, "sparkContext", spark)
-        if not hasattr(sc, "parallelize") or not hasattr(sc, "runJob"):
+        sc, session = _context_and_session(spark)
+        if sc is None and session is None:
             raise TypeError(f"LineageContext needs a SparkSession or SparkContext, got {spark!r}")
         if not isinstance(repo, ProvenanceRepository):
             raise TypeError(f"LineageContext needs a ProvenanceRepository, got {repo!r}")
@@ -60,6 +79,19 @@ class LineageContext:
             raise BadInput("LineageContext needs a repository opened for writing (its owner)")
         if on_error not in _ON_ERROR:
             raise BadInput(f"on_error must be one of {', '.join(_ON_ERROR)}, got {on_error!r}")
+        if not (isinstance(openlineage, bool) or openlineage is None) and not callable(
+            getattr(openlineage, "emit", None)
+        ):
+            raise BadInput(
+                f"openlineage must be an OpenLineage client (with emit), got {openlineage!r}"
+            )
+        mode = repo.config.transport if transport is None else transport
+        if mode not in TRANSPORTS:
+            raise BadInput(f"transport must be one of {', '.join(TRANSPORTS)}, got {mode!r}")
+        if aggregates not in AGGREGATE_POLICIES:
+            raise BadInput(
+                f"aggregates must be one of {', '.join(AGGREGATE_POLICIES)}, got {aggregates!r}"
+            )
         if spark_threshold is not None and (
             isinstance(spark_threshold, bool)
             or not isinstance(spark_threshold, int)
@@ -70,27 +102,97 @@ class LineageContext:
             )
         if narrow not in NARROW_POLICIES:
             raise BadInput(f"narrow must be one of {', '.join(NARROW_POLICIES)}, got {narrow!r}")
-        self.sc = sc
-        check_capture_python(sc)  # fails now, not in every task, if workers cannot capture
+        self.sc = sc  # None under Spark Connect: DataFrames and SQL only
+        self.spark = session
+        if sc is not None:
+            check_capture_python(sc)  # fails now, not in every task, if workers cannot capture
         self.repo = repo
         self.run_id = run_id or f"run-{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:6]}"
         self.on_error = on_error
         self.narrow = narrow
         self.capture = capture
-        self.writer_spec = repo.writer_spec()
+        # Under Spark Connect (no SparkContext here) the server's workers are taken to share
+        # this machine's files, as a local master's do.
+        local = sc is None or str(sc.master).startswith("local")
+        if sc is None and mode == "socket":
+            raise BadInput("transport='socket' needs a classic SparkSession (not Spark Connect)")
+        if mode == "socket" or (mode == "auto" and not local):
+            host, bind = driver_address(sc, local)
+            repo.start_receiver(host, bind_host=bind)
+        self.transport = mode
+        self.writer_spec = repo.writer_spec(mode)
         # Plumbing for front-ends (this RDD agent, a DataFrame agent): names, capture points,
         # the run descriptor, actions and outputs. Users need not touch it.
+        app, version = _app_and_version(sc, session)
         self.planner = Planner(
             repo,
             self.run_id,
-            app=sc.appName,
-            spark_version=sc.version,
+            app=app,
+            spark_version=version,
             sc=sc,
             spark_threshold=spark_threshold,
         )
+        self._aggregates = aggregates
+        self._frames: Any = None
         self._compiler = SparkCompiler(
             sc, self.run_id, self.writer_spec, capture=capture, on_error=on_error
         )
+        self.openlineage = self._openlineage(openlineage, openlineage_namespace, openlineage_job)
+
+    def _openlineage(self, client: Any, namespace: str | None, job: str | None) -> Any:
+        """The OpenLineage emitter listening to this context's actions, or None (off)."""
+        if client is False or not self.capture:
+            return None
+        from . import _openlineage
+
+        if client is None or client is True:
+            client = _openlineage.client_from_environment()
+            if client is None:
+                return None
+        emitter = _openlineage.OpenLineageEmitter(
+            client,
+            self.repo,
+            app=_app_and_version(self.sc, self.spark)[0],
+            namespace=namespace,
+            job_name=job,
+        )
+        self.planner.add_listener(emitter)
+        return emitter
+
+    # -- DataFrames and SQL ------------------------------------------------------------------
+
+    @property
+    def _dataframes(self) -> Any:
+        if self._frames is None:
+            if self.spark is None:
+                raise BadInput("DataFrames need a SparkSession (this context has a SparkContext)")
+            from .dataframe import FrameAgent
+
+            self._frames = FrameAgent(self, self.spark, self._aggregates)
+        return self._frames
+
+    @property
+    def read(self) -> Any:
+        """A DataFrameReader whose DataFrames capture lineage: `lc.read.csv(path, ...)`,
+        `.json` (JSON lines), `.text`, `.parquet`, `.format(f).load(path)`."""
+        from .dataframe._reader import LineageReader
+
+        return LineageReader(self._dataframes)
+
+    def sql(self, sqlQuery: str) -> Any:
+        """`spark.sql` over temp views made from captured DataFrames
+        (`df.createOrReplaceTempView(name)`): the result carries each row's lineage."""
+        return self._dataframes.sql(sqlQuery)
+
+    @property
+    def udf(self) -> Any:
+        """`lc.udf.register(name, f, returnType)`: a UDF for `lc.sql` and the DataFrame API
+        whose failures are recorded as culprits (FAIL events naming the row's sources)."""
+        return self._dataframes.udfs
+
+    def createDataFrame(self, data: Any, schema: Any = None, **kwargs: Any) -> Any:
+        """`spark.createDataFrame` whose rows are source records (their values captured)."""
+        return self._dataframes.create(data, schema, **kwargs)
 
     # -- sources -----------------------------------------------------------------------------
 
@@ -165,3 +267,42 @@ class LineageContext:
 
     def __repr__(self) -> str:
         return f"LineageContext(run_id={self.run_id!r}, repo={self.repo.path!r})"
+
+
+def driver_address(sc: Any, local: bool) -> tuple[str, str | None]:
+    """(host executors reach the driver at, address to bind) for the journal receiver: the
+    ones Spark itself uses (`spark.driver.host`, `spark.driver.bindAddress`); loopback for
+    local masters, whose executors run on this machine."""
+    if local:
+        return "127.0.0.1", None
+    conf = sc.getConf()
+    host = conf.get("spark.driver.host", None)
+    if not host:
+        raise BadInput("spark.driver.host is not set: cannot place the journal receiver")
+    return host, conf.get("spark.driver.bindAddress", None)
+
+
+def _context_and_session(spark: Any) -> tuple[Any, Any]:
+    """(SparkContext or None, SparkSession or None) of what a user handed in: a classic
+    session has both, a Spark Connect session has no SparkContext, a context has no session."""
+    if hasattr(spark, "parallelize") and hasattr(spark, "runJob"):
+        return spark, None
+    if not hasattr(spark, "createDataFrame") or not hasattr(spark, "read"):
+        return None, None
+    try:
+        sc = spark.sparkContext
+    except Exception:  # Spark Connect: no JVM-side context in this process
+        sc = None
+    if sc is not None and not (hasattr(sc, "parallelize") and hasattr(sc, "runJob")):
+        sc = None
+    return sc, spark
+
+
+def _app_and_version(sc: Any, spark: Any) -> tuple[str, str]:
+    if sc is not None:
+        return sc.appName, sc.version
+    try:
+        app = str(spark.conf.get("spark.app.name"))
+    except Exception:
+        app = ""
+    return app, str(spark.version)

@@ -121,6 +121,7 @@ def run_demo(repo_path: str, lines: int = 300_000) -> int:
                 for code, n in by_code:
                     print(f"  {code}  {n:>7,}")
                 _traces(lc, counts, report, by_code)
+                _sql_part(lc, log_path)
                 stats = repo.stats()
                 print(
                     f"\nrepository {repo_path}: {stats.events:,} events in "
@@ -133,6 +134,9 @@ def run_demo(repo_path: str, lines: int = 300_000) -> int:
     print(f"  provrepo runs {repo_path}")
     print(f"  provrepo trace {repo_path} <record id> --data       (ids as printed above)")
     print(f"  provrepo search {repo_path} --type FAIL")
+    print(f"  provrepo trace {repo_path} {log_path}@<byte offset> --forward --data")
+    print("Explore it in the browser (search, events, lineage graphs, the run's capture points):")
+    print(f"  provrepo ui {repo_path}")
     return 0
 
 
@@ -173,3 +177,37 @@ def _traces(lc, counts, report, by_code) -> None:
         print(f"\n{len(culprits)} garbled record(s) skipped and recorded as culprits, e.g.:")
         print(f"    record {c.record_id}: {c.exception}: {c.message}")
         print(f"    {c.data}")
+
+
+def _sql_part(lc, log_path: str) -> None:
+    """The same log through the DataFrame API and SQL: E503 errors per service."""
+    from journals import unpack_record_ids as unpack
+
+    from ._trace import LineageRDD
+
+    t = time.perf_counter()
+    lc.read.text(log_path).createOrReplaceTempView("server_log")
+    q = lc.sql(
+        "SELECT service, count(*) AS e503 FROM ("
+        "  SELECT split(value, ' ')[2] AS service, value FROM server_log) "
+        "WHERE value LIKE '% ERROR code=E503 %' GROUP BY service ORDER BY e503 DESC"
+    )
+    rows = q.collect()
+    took = time.perf_counter() - t
+    print(f"\nDataFrames and SQL (lc.sql, {took:.1f}s): E503 errors per service")
+    for r in rows:
+        print(f"  {r.service:<8} {r.e503:>6,}")
+    t = time.perf_counter()
+    top = q.lineage().filter(lambda row: row["service"] == rows[0].service).go_back_all()
+    print(
+        f"backward: {rows[0].service} <- {len(top):,} log lines (traced in "
+        f"{(time.perf_counter() - t) * 1e3:.0f} ms), e.g.:"
+    )
+    for line in top.take(2):
+        print(f"    {line}")
+    one = top.record_ids[:1]
+    fwd = LineageRDD(lc.repo, lc.run_id, one).go_next_all()
+    q_cp = q.last_output.number if q.last_output is not None else -1
+    mine = fwd.record_ids[unpack(fwd.record_ids)[0] == q_cp]
+    values = LineageRDD(lc.repo, lc.run_id, mine).collect()
+    print(f"forward: the first of those lines (record {int(one[0])}) -> {values}")

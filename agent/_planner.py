@@ -10,7 +10,10 @@ the planner to:
 - wrap each Spark action: `with planner.action(cp, node): ...` journals the run descriptor
   and asks the repository for a rollover afterwards, also when the action failed (its FAIL
   events are then traceable at once);
-- hand back what an action emitted: `lineage_of(cp)` -> a `LineageRDD`.
+- hand back what an action emitted: `lineage_of(cp)` -> a `LineageRDD`;
+- tell listeners (`add_listener`, e.g. the OpenLineage emitter) when each action starts and
+  ends, with what every action knows (`ActionInfo`): its output capture point, the capture
+  points it ran through (inputs read, outputs written), and how it ended.
 
 The run descriptor is a lineage batch of one record at capture point 0 (component type
 `RUN_COMPONENT_TYPE`, partition = its version), whose details are JSON:
@@ -22,11 +25,13 @@ action journals a new version; the newest wins.
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any, Literal
+from dataclasses import dataclass, replace
+from typing import Any, Literal, Protocol
 
 from journals import EventType, LineageBatch, pack_record_id
 from repository import RUN_COMPONENT_TYPE, BadInput, ProvenanceRepository
@@ -38,6 +43,39 @@ from ._spec import CapturePoint
 from ._trace import LineageRDD
 
 EventTypeName = Literal["RECEIVE", "JOIN", "FORK", "SEND"]
+log = logging.getLogger("provrepo.agent")
+
+
+@dataclass(frozen=True)
+class ActionInfo:
+    """What every action knows, whichever front-end ran it: handed to action listeners.
+
+    `capture_points` are the descriptor entries (see the module doc) of the action's output
+    capture point and every capture point upstream of it: sources carry what they read (text
+    sources: `path`, `files`), an output written to files its `path`. `ended_ns` and `error`
+    are set when the action has ended (`error`: what it raised, None if it succeeded)."""
+
+    run_id: str
+    app: str
+    spark_version: str
+    output: CapturePoint
+    capture_points: tuple[dict[str, Any], ...]
+    started_ns: int
+    ended_ns: int | None = None
+    error: BaseException | None = None
+
+    def sources(self) -> list[dict[str, Any]]:
+        """The capture points the action read its input at."""
+        return [c for c in self.capture_points if c["dependency"] == "source"]
+
+
+class ActionListener(Protocol):
+    """Told about every action of a run, on the driver's action path: return at once (hand
+    slow work to another thread). What it raises is logged, never passed to the job."""
+
+    def action_started(self, info: ActionInfo) -> None: ...
+
+    def action_ended(self, info: ActionInfo) -> None: ...
 
 
 class Planner:
@@ -69,6 +107,7 @@ class Planner:
         self._cps: dict[int, dict[str, Any]] = {}
         self._outputs: dict[int, PlanNode] = {}  # output capture point -> the node it output
         self._actions = 0
+        self._listeners: list[ActionListener] = []
 
     # -- naming ------------------------------------------------------------------------------
 
@@ -116,8 +155,9 @@ class Planner:
             }
         return CapturePoint(number, component_id, component_type, event_type)
 
-    def output_point(self, node: PlanNode, action: str) -> CapturePoint:
-        """The capture point of an action's output (SEND records) over `node`'s records."""
+    def output_point(self, node: PlanNode, action: str, **extra: Any) -> CapturePoint:
+        """The capture point of an action's output (SEND records) over `node`'s records;
+        `extra` as `capture_point` takes it (an output written to files: its `path`)."""
         kind = "saveAsTextFile" if action == "save" else action
         return self.capture_point(
             self.node_name(kind),
@@ -127,7 +167,35 @@ class Planner:
             node.segment_dependency(),
             node.num_partitions,
             of=node.name,
+            **extra,
         )
+
+    def add_listener(self, listener: ActionListener) -> None:
+        """Tell `listener` when each action of this run starts and ends (see `ActionInfo`)."""
+        with self._lock:
+            self._listeners.append(listener)
+
+    def action_info(self, cp: CapturePoint) -> ActionInfo:
+        """What is known of an action outputting at `cp` before it runs."""
+        with self._lock:
+            todo, seen = [cp.number], set()
+            while todo:  # the output's capture point and everything upstream of it
+                n = todo.pop()
+                if n in seen or n not in self._cps:
+                    continue
+                seen.add(n)
+                todo.extend(self._cps[n]["parents"])
+            cps = tuple(json.loads(json.dumps(self._cps[n], default=str)) for n in sorted(seen))
+        return ActionInfo(self.run_id, self._app, self._spark_version, cp, cps, time.time_ns())
+
+    def _tell(self, event: str, info: ActionInfo) -> None:
+        with self._lock:
+            listeners = list(self._listeners)
+        for listener in listeners:
+            try:
+                getattr(listener, event)(info)
+            except Exception:  # a listener must never fail or change the job
+                log.exception("action listener %r failed on %s", listener, event)
 
     # -- actions and outputs -----------------------------------------------------------------
 
@@ -144,15 +212,24 @@ class Planner:
         capture code; see `_interpreter`); afterwards, journal the run descriptor and ask for a
         rollover so the lineage is traceable at once (also when the action failed: its FAIL
         events)."""
+        info = self.action_info(cp) if self._listeners else None
+        if info is not None:
+            self._tell("action_started", info)
+        error: BaseException | None = None
         try:
             with capture_python(self._sc, modules):  # the action builds the last Python function
                 yield
             if node is not None:
                 with self._lock:
                     self._outputs[cp.number] = node
+        except BaseException as e:
+            error = e
+            raise
         finally:
             self._describe_run()
             self.repo.request_rollover()
+            if info is not None:
+                self._tell("action_ended", replace(info, ended_ns=time.time_ns(), error=error))
 
     def output_node(self, cp: CapturePoint) -> PlanNode:
         """The node whose records an action of this run output at `cp` (BadInput if none)."""

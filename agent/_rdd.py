@@ -334,7 +334,8 @@ class CapturedRDD:
     def _run_output(
         self, action: str, limit: int | None = None, **kw: Any
     ) -> tuple[CapturePoint, RDD[Any]]:
-        cp = self.lc.planner.output_point(self.node, action)
+        where = {"path": kw["save_path"]} if "save_path" in kw else {}
+        cp = self.lc.planner.output_point(self.node, action, **where)
         sink = OutputSink(cp, action, limit=limit, **kw)
         return cp, self._compiler.build(self.node, sink)
 

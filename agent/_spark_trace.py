@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from repository.lineage import unique_ids
+from journals import unique_ids
 
 from ._trace_tasks import (
     AtCapturePoints,

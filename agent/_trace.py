@@ -27,8 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from journals import ProvenanceEvent, unpack_record_ids
-from repository.lineage import unique_ids
+from journals import ProvenanceEvent, unique_ids, unpack_record_ids
 
 from ._spark_trace import SPARK_THRESHOLD, SparkSet
 from ._trace_tasks import value_of

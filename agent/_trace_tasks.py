@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from journals import MAX_PARTITION, MAX_POSITION
-from repository.lineage import equal_runs, sorted_unique
+from journals import MAX_PARTITION, MAX_POSITION, unique_ids
+from repository.lineage import equal_runs
 
 if TYPE_CHECKING:
     from repository.lineage import LineageIndex
@@ -70,7 +70,7 @@ class MergeParts:
             by_key.setdefault(k, []).append(p)
         for k in sorted(by_key):
             ps = by_key.pop(k)
-            yield k, sorted_unique(np.concatenate(ps)).astype(np.uint32) if len(ps) > 1 else ps[0]
+            yield k, unique_ids(np.concatenate(ps)).astype(np.uint32) if len(ps) > 1 else ps[0]
 
 
 class HopTask:

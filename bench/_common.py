@@ -43,8 +43,8 @@ def report(name: str, value: float, unit: str, goal: str = "", ratio: str = "") 
     print(f"  {name:<44} {value:>12,.3f} {unit:<10} {ratio:<28} {goal}", flush=True)
 
 
-def local_spark(app: str):
-    """A quiet local[2] SparkSession whose Python workers run this interpreter."""
+def local_spark(app: str, master: str = "local[2]", log_level: str = "ERROR"):
+    """A quiet local SparkSession whose Python workers run this interpreter."""
     import os
     import sys
 
@@ -52,11 +52,11 @@ def local_spark(app: str):
     from pyspark.sql import SparkSession
 
     spark = (
-        SparkSession.builder.master("local[2]")
+        SparkSession.builder.master(master)
         .appName(app)
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .getOrCreate()
     )
-    spark.sparkContext.setLogLevel("ERROR")
+    spark.sparkContext.setLogLevel(log_level)
     return spark

@@ -40,16 +40,18 @@ _EVENT = msgspec.msgpack.Decoder(ProvenanceEvent)
 _EVENT_LIST = msgspec.msgpack.Decoder(list[ProvenanceEvent])
 
 
-def frame_header(payload: bytes | bytearray | memoryview) -> bytes:
-    """The 16-byte header of a frame carrying `payload`."""
-    head = struct.pack("<III", FRAME_MAGIC, len(payload), zlib.crc32(payload))
+def frame_header(payload: bytes | bytearray | memoryview, magic: int = FRAME_MAGIC) -> bytes:
+    """The 16-byte header of a frame carrying `payload` (`magic`: a journal frame's, or the
+    journal stream's control messages')."""
+    head = struct.pack("<III", magic, len(payload), zlib.crc32(payload))
     return head + struct.pack("<I", zlib.crc32(head))
 
 
-def parse_frame_header(buf: bytes | memoryview) -> tuple[int, int] | None:
-    """(payload length, payload crc) if `buf` (16 bytes) is an intact frame header, else None."""
-    magic, length, crc, hcrc = FRAME_HEADER.unpack(buf)
-    if magic != FRAME_MAGIC or zlib.crc32(bytes(buf[:12])) != hcrc or length > MAX_FRAME_PAYLOAD:
+def parse_frame_header(buf: bytes | memoryview, magic: int = FRAME_MAGIC) -> tuple[int, int] | None:
+    """(payload length, payload crc) if `buf` (16 bytes) is an intact header of a frame with
+    this magic, else None."""
+    found, length, crc, hcrc = FRAME_HEADER.unpack(buf)
+    if found != magic or zlib.crc32(bytes(buf[:12])) != hcrc or length > MAX_FRAME_PAYLOAD:
         return None
     return length, crc
 

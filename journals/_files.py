@@ -33,6 +33,23 @@ def write_atomic(path: str, data: bytes, sync: bool = True) -> None:
         fsync_dir(os.path.dirname(path) or ".")
 
 
+def makedirs_durable(path: str) -> None:
+    """`os.makedirs(path, exist_ok=True)`, and fsync the parent of every directory it
+    creates: a new directory's entry survives a power loss only then (and with it, every file
+    later made durable inside it)."""
+    missing = []
+    p = os.path.abspath(path)
+    while not os.path.isdir(p):
+        missing.append(p)
+        p = os.path.dirname(p)
+    for d in reversed(missing):
+        try:
+            os.mkdir(d)
+        except FileExistsError:
+            continue
+        fsync_dir(os.path.dirname(d))
+
+
 def listdir(path: str) -> list[str]:
     """The names in a directory; [] if it does not exist (yet, or any more)."""
     try:

@@ -16,7 +16,7 @@ import socket
 import time
 from collections.abc import Iterable, Sequence
 from types import TracebackType
-from typing import Literal
+from typing import Literal, TypeVar
 
 import msgspec
 
@@ -45,12 +45,39 @@ class JournalError(OSError):
     """A journal could not be written (no space, permissions, writer already sealed...)."""
 
 
+TRANSPORTS: tuple[str, ...] = ("auto", "shared", "socket")
+
+
 class WriterSpec(msgspec.Struct, frozen=True):
-    """Everything a process needs to write journals into a repository: small and picklable."""
+    """Everything a process needs to write journals into a repository: small and picklable.
+
+    `transport` says where a writer opened from this spec (`JournalWriter.open`) puts its
+    journal: "shared" files in `containers`; "socket" a stream to the driver's receiver at
+    `receiver` (host, port), which seals it into a container before acknowledging; "auto"
+    files when the containers here are this repository's (each holds a marker with
+    `container_token`), else the socket. `secret` (hex) is what the receiver asks of its
+    clients: it is never shown by `repr`."""
 
     containers: list[str]
     sync: str = "seal"
     journals_per_container: int = 1
+    transport: str = "shared"
+    receiver: tuple[str, int] | None = None
+    container_token: str = ""
+    secret: str = ""
+
+    def __repr__(self) -> str:
+        return (
+            f"WriterSpec(containers={self.containers!r}, sync={self.sync!r}, "
+            f"transport={self.transport!r}, receiver={self.receiver!r}"
+            f"{', secret=<hidden>' if self.secret else ''})"
+        )
+
+    def files_only(self) -> WriterSpec:
+        """This spec writing files into its containers, whatever its transport."""
+        return msgspec.structs.replace(
+            self, transport="shared", receiver=None, container_token="", secret=""
+        )
 
 
 def journal_name(tag: str = "") -> str:
@@ -60,43 +87,31 @@ def journal_name(tag: str = "") -> str:
     return f"{time.time_ns():020d}-{_host}-{pid}-{next(_seq):06d}{suffix}"
 
 
-class JournalWriter:
-    """Appends rich events and lineage batches to one journal file, then seals it.
+_W = TypeVar("_W", bound="FrameWriter")
 
-    Use `JournalWriter.open(spec)`; `append(...)` any number of times; `seal()`. Used as a
-    context manager it seals on success and discards the journal on an exception (an unsealed
-    journal is never merged, so a failed Spark task attempt leaves no lineage).
-    """
 
-    def __init__(self, path: str, sync: str = "seal") -> None:
-        if sync not in SYNC_POLICIES:
-            raise ValueError(f"sync must be one of {', '.join(SYNC_POLICIES)}; got {sync!r}")
-        if not path.endswith(OPEN_SUFFIX):
-            raise ValueError(f"an open journal's name ends in {OPEN_SUFFIX}: {path}")
-        self.path = path
-        self.sealed_path = path[: -len(OPEN_SUFFIX)] + SEALED_SUFFIX
-        self.sync = sync
+class FrameWriter:
+    """What every journal writer shares: encoding events and lineage batches into frames
+    (length, two crc32s), counting them, and the seal-on-success context manager. Subclasses
+    say where frames go (`_write_frame`) and what sealing means (`seal`, `abort`)."""
+
+    def __init__(self) -> None:
         self.frames = 0
         self.records = 0
         self.bytes_written = 0
         self._enc = msgspec.msgpack.Encoder()
         self._buf = bytearray()
-        self._state = "open"
-        try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-            self._file = os.fdopen(fd, "wb", buffering=1 << 20)
-            self._file.write(FILE_HEADER)
-        except OSError as e:
-            raise JournalError(e.errno, f"cannot create journal {path}: {e.strerror}") from e
-        self.bytes_written = len(FILE_HEADER)
 
     @classmethod
-    def open(cls, spec: WriterSpec, tag: str = "") -> JournalWriter:
-        """A new journal in the next container (round-robin), named uniquely."""
-        if not spec.containers:
-            raise ValueError("writer spec has no containers")
-        container = spec.containers[next(_rr) % len(spec.containers)]
-        return cls(os.path.join(container, journal_name(tag) + OPEN_SUFFIX), spec.sync)
+    def open(cls, spec: WriterSpec, tag: str = "") -> FrameWriter:
+        """A new journal for `spec`'s transport: a file in the next container (round-robin,
+        named uniquely), or a stream to the driver's receiver (see `WriterSpec`)."""
+        # Imported here: the stream writer subclasses this class.
+        from ._stream import StreamJournalWriter, use_stream
+
+        if use_stream(spec):
+            return StreamJournalWriter.connect(spec, tag)
+        return JournalWriter.create(spec, tag)
 
     # -- appending ---------------------------------------------------------------------------
 
@@ -123,6 +138,79 @@ class JournalWriter:
         self._write_frame(buf, len(batch))
 
     def _write_frame(self, payload: bytes | bytearray, records: int) -> None:
+        raise NotImplementedError
+
+    def _counted(self, payload_len: int, records: int) -> None:
+        self.frames += 1
+        self.records += records
+        self.bytes_written += 16 + payload_len
+
+    # -- ending ------------------------------------------------------------------------------
+
+    def seal(self) -> str:
+        """Make the journal durable; returns its sealed name."""
+        raise NotImplementedError
+
+    def abort(self) -> None:
+        """Discard the journal (its records are never merged)."""
+        raise NotImplementedError
+
+    @property
+    def is_open(self) -> bool:
+        raise NotImplementedError
+
+    def __enter__(self: _W) -> _W:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if exc_type is None and self.is_open:
+            self.seal()
+        else:
+            self.abort()
+
+
+class JournalWriter(FrameWriter):
+    """Appends rich events and lineage batches to one journal file, then seals it.
+
+    Use `JournalWriter.open(spec)` (which streams to the driver instead when the spec says
+    so, see `WriterSpec`); `append(...)` any number of times; `seal()`. Used as a context
+    manager it seals on success and discards the journal on an exception (an unsealed
+    journal is never merged, so a failed Spark task attempt leaves no lineage).
+    """
+
+    def __init__(self, path: str, sync: str = "seal") -> None:
+        if sync not in SYNC_POLICIES:
+            raise ValueError(f"sync must be one of {', '.join(SYNC_POLICIES)}; got {sync!r}")
+        if not path.endswith(OPEN_SUFFIX):
+            raise ValueError(f"an open journal's name ends in {OPEN_SUFFIX}: {path}")
+        super().__init__()
+        self.path = path
+        self.sealed_path = path[: -len(OPEN_SUFFIX)] + SEALED_SUFFIX
+        self.sync = sync
+        self._state = "open"
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            self._file = os.fdopen(fd, "wb", buffering=1 << 20)
+            self._file.write(FILE_HEADER)
+        except OSError as e:
+            raise JournalError(e.errno, f"cannot create journal {path}: {e.strerror}") from e
+        self.bytes_written = len(FILE_HEADER)
+
+    @classmethod
+    def create(cls, spec: WriterSpec, tag: str = "") -> JournalWriter:
+        """A new journal file in the next container (round-robin), named uniquely, whatever
+        the spec's transport (the driver's own journals, the receiver's)."""
+        if not spec.containers:
+            raise ValueError("writer spec has no containers")
+        container = spec.containers[next(_rr) % len(spec.containers)]
+        return cls(os.path.join(container, journal_name(tag) + OPEN_SUFFIX), spec.sync)
+
+    def _write_frame(self, payload: bytes | bytearray, records: int) -> None:
         self._check_open()
         try:
             self._file.write(frame_header(payload))
@@ -133,9 +221,19 @@ class JournalWriter:
         except OSError as e:
             self._state = "broken"
             raise JournalError(e.errno, f"cannot write journal {self.path}: {e.strerror}") from e
-        self.frames += 1
-        self.records += records
-        self.bytes_written += 16 + len(payload)
+        self._counted(len(payload), records)
+
+    def write_raw(self, data: bytes | bytearray | memoryview) -> None:
+        """Append bytes of frames encoded and checksummed elsewhere (the journal stream's
+        receiver, which checks them as they arrive); a part of a frame is fine, as long as
+        the journal is sealed only after whole, intact frames."""
+        self._check_open()
+        try:
+            self._file.write(data)
+        except OSError as e:
+            self._state = "broken"
+            raise JournalError(e.errno, f"cannot write journal {self.path}: {e.strerror}") from e
+        self.bytes_written += len(data)
 
     def flush(self) -> None:
         """Hand buffered frames to the OS (visible to readers of the open file, not durable:
@@ -183,20 +281,6 @@ class JournalWriter:
     @property
     def is_open(self) -> bool:
         return self._state == "open"
-
-    def __enter__(self) -> JournalWriter:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        if exc_type is None and self._state == "open":
-            self.seal()
-        else:
-            self.abort()
 
     def __repr__(self) -> str:
         return f"JournalWriter({self.path!r}, {self._state}, frames={self.frames})"

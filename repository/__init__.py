@@ -17,7 +17,8 @@ if TYPE_CHECKING:
     from ._ageoff import AgeOffReport
     from ._config import RepositoryConfig, parse_duration, parse_size
     from ._errors import BadInput, ConfigError, NotFound, RepositoryError, RepositoryLocked
-    from ._export import ExportBatch, ExportCursor
+    from ._export import ExportBatch, ExportCursor, TableExport
+    from ._receiver import ReceiverStats
     from ._repository import ProvenanceRepository
     from ._rollover import RolloverError, RolloverStats
     from ._stats import RepositoryStats
@@ -29,11 +30,16 @@ if TYPE_CHECKING:
         Culprit,
         LineageIndex,
         MineReport,
+        RecordRef,
         RunInfo,
+        format_record_id,
+        jsonable,
+        parse_record_id,
+        parse_record_ref,
+        resolve_record,
     )
 
 _EXPORTS = {
-    "RUN_COMPONENT_TYPE": ".lineage",
     "ActorInstance": ".lineage",
     "AgeOffReport": "._ageoff",
     "BadInput": "._errors",
@@ -46,6 +52,9 @@ _EXPORTS = {
     "MineReport": ".lineage",
     "NotFound": "._errors",
     "ProvenanceRepository": "._repository",
+    "RUN_COMPONENT_TYPE": ".lineage",
+    "ReceiverStats": "._receiver",
+    "RecordRef": ".lineage",
     "RepositoryConfig": "._config",
     "RepositoryError": "._errors",
     "RepositoryLocked": "._errors",
@@ -53,9 +62,15 @@ _EXPORTS = {
     "RolloverError": "._rollover",
     "RolloverStats": "._rollover",
     "RunInfo": ".lineage",
+    "TableExport": "._export",
     "VerifyReport": "._verify",
+    "format_record_id": ".lineage",
+    "jsonable": ".lineage",
     "parse_duration": "._config",
+    "parse_record_id": ".lineage",
+    "parse_record_ref": ".lineage",
     "parse_size": "._config",
+    "resolve_record": ".lineage",
 }
 
 __all__ = [
@@ -72,6 +87,8 @@ __all__ = [
     "MineReport",
     "NotFound",
     "ProvenanceRepository",
+    "ReceiverStats",
+    "RecordRef",
     "RepositoryConfig",
     "RepositoryError",
     "RepositoryLocked",
@@ -79,10 +96,15 @@ __all__ = [
     "RolloverError",
     "RolloverStats",
     "RunInfo",
+    "TableExport",
     "VerifyReport",
+    "format_record_id",
+    "jsonable",
     "parse_duration",
+    "parse_record_id",
+    "parse_record_ref",
     "parse_size",
+    "resolve_record",
 ]
-
 
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())

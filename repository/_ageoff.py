@@ -21,6 +21,7 @@ import os
 import threading
 import time
 from bisect import bisect_left, bisect_right
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from journals import BackgroundLoop, dir_bytes, fsync_dir
@@ -29,6 +30,7 @@ from ._eventlog import LogReader
 from ._indexing import RepositoryIndex
 from ._layout import Layout
 from ._store import LogStore
+from ._toc import Toc
 
 log = logging.getLogger("provrepo.repository")
 
@@ -98,8 +100,10 @@ class AgeOff:
         max_age: float | None,
         max_bytes: int | None,
         interval: float = 60.0,
+        retire: Callable[[list[Toc]], None] | None = None,
     ) -> None:
         self.layout = layout
+        self.retire = retire  # called with the victims' tocs before any is deleted
         self.store = store
         self.index = index
         self.max_age = max_age
@@ -134,6 +138,8 @@ class AgeOff:
                 victims = [r for r in readers if r.toc.max_time_ns < cutoff]
             if max_bytes is not None:
                 rep.unmet = self._by_size(readers, victims, files, rep.bytes_before, max_bytes)
+            if victims and self.retire is not None:
+                self.retire([r.toc for r in victims])
             for r in sorted(victims, key=lambda r: r.first_id):
                 self._delete_log(r, files.get(r.first_id, []))
                 rep.deleted_logs.append((r.first_id, r.next_id))

@@ -46,7 +46,8 @@ class EventRun(msgspec.Struct, tag=1, array_like=True, gc=False):
         body = data[int(offsets[i]) : int(offsets[j])]
         return cls(first_id, width, lens.astype(f"<u{width}").tobytes(), _array_head(j - i) + body)
 
-    def _offsets(self) -> np.ndarray:
+    def offsets(self) -> np.ndarray:
+        """count + 1 byte offsets into `data`: event k is data[offsets[k]:offsets[k+1]]."""
         offs = np.empty(self.count + 1, dtype=np.int64)
         offs[0] = _LIST_HEAD.size
         np.cumsum(np.frombuffer(self.lengths, dtype=f"<u{self.width}"), out=offs[1:])
@@ -59,7 +60,7 @@ class EventRun(msgspec.Struct, tag=1, array_like=True, gc=False):
 
     def event(self, event_id: int) -> ProvenanceEvent:
         k = event_id - self.first_id
-        offs = self._offsets()
+        offs = self.offsets()
         ev = decode_event(memoryview(self.data)[offs[k] : offs[k + 1]])
         ev.event_id = event_id
         return ev
@@ -75,7 +76,7 @@ class EventRun(msgspec.Struct, tag=1, array_like=True, gc=False):
             if hi - lo != n:
                 events = events[lo:hi]
         else:
-            offs = self._offsets()
+            offs = self.offsets()
             mv = memoryview(self.data)
             events = [decode_event(mv[offs[k] : offs[k + 1]]) for k in range(lo, hi)]
         for k, ev in enumerate(events, first + lo):

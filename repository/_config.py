@@ -9,7 +9,7 @@ import os
 import re
 from dataclasses import dataclass, field
 
-from journals import SYNC_POLICIES
+from journals import SYNC_POLICIES, TRANSPORTS
 
 from ._errors import ConfigError
 
@@ -78,6 +78,12 @@ class RepositoryConfig:
     sync: "seal" (fsync when a journal is sealed), "batch" (fsync every append), "none" (tests).
     indexed_attributes: event attributes made searchable.
     index_shard_size: bytes after which a new index shard starts.
+    transport: how Spark executors hand their journals to the repository. "auto": write
+        them into the containers where an executor sees them (a shared filesystem), else
+        stream them to a receiver in the driver (started by `LineageContext` for cluster
+        masters); "shared": always the containers; "socket": always the receiver.
+    transport_port: the receiver's TCP port (0: any free port; set one to open it in a
+        firewall).
     lineage_cache_size: bytes of decoded lineage (backward slices, forward index blocks) a
         process keeps cached for traces; the bound holds whatever the repository's size.
     forward_index: build a forward lineage index beside each log (default). Off, rollover
@@ -97,6 +103,8 @@ class RepositoryConfig:
     indexed_attributes: tuple[str, ...] = ()
     index_shard_size: int = 512 * 1024 * 1024
     compression_threads: int = 2
+    transport: str = "auto"
+    transport_port: int = 0
     lineage_cache_size: int = 256 * 1024 * 1024
     forward_index: bool = True
     extra: dict = field(default_factory=dict, compare=False, repr=False)
@@ -147,6 +155,11 @@ class RepositoryConfig:
         if self.index_shard_size < 1024 * 1024:
             raise ConfigError("index_shard_size: must be at least 1MiB")
         self._int_range("compression_threads", 1, 64)
+        if self.transport not in TRANSPORTS:
+            raise ConfigError(
+                f"transport: must be one of {', '.join(TRANSPORTS)}, got {self.transport!r}"
+            )
+        self._int_range("transport_port", 0, 65535)
         setf("lineage_cache_size", parse_size(self.lineage_cache_size, "lineage_cache_size"))
         if not isinstance(self.forward_index, bool):
             raise ConfigError(f"forward_index: must be true or false, got {self.forward_index!r}")

@@ -306,6 +306,13 @@ class LogReader:
     def block_index(self, event_id: int) -> int:
         return int(np.searchsorted(self._block_ids, event_id, side="right")) - 1
 
+    @property
+    def blocks(self) -> int:
+        return len(self._block_ids)
+
+    def block_first_id(self, i: int) -> int:
+        return int(self._block_ids[i])
+
     def block_indexes(self, event_ids: np.ndarray) -> np.ndarray:
         """`block_index` of each of the (sorted) event ids."""
         return np.searchsorted(self._block_ids, event_ids, side="right") - 1

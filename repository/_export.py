@@ -7,8 +7,9 @@ import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
-from journals import ProvenanceEvent, gc_paused, write_atomic
+from journals import ProvenanceEvent, gc_paused, makedirs_durable, write_atomic
 
 from ._errors import BadInput, check_id
 from ._store import LogStore
@@ -111,6 +112,41 @@ class ExportCursor:
             raise BadInput(
                 f"cursor {self.name}: cannot move back from {self.position} to {next_id}"
             )
-        os.makedirs(os.path.dirname(self.path), exist_ok=True)
+        makedirs_durable(os.path.dirname(self.path))
         write_atomic(self.path, json.dumps({"next_id": next_id}).encode())
         self.position = next_id
+
+
+@dataclass
+class TableExport:
+    """What an export wrote: ids [first_id, next_id) covered, rows per table, files, and the
+    id ranges [lo, hi) that no longer existed (aged off) and so are in no file."""
+
+    out: str
+    format: str
+    run: str | None
+    first_id: int
+    next_id: int
+    events: int = 0
+    edges: int = 0
+    files: list[str] = field(default_factory=list)
+    runs: list[str] = field(default_factory=list)
+    skipped: list[tuple[int, int]] = field(default_factory=list)
+    resumed: bool = False
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "out": self.out,
+            "format": self.format,
+            "run": self.run,
+            "first_id": self.first_id,
+            "next_id": self.next_id,
+            "events": self.events,
+            "edges": self.edges,
+            "files": len(self.files),
+            "runs": self.runs,
+            "skipped": [list(s) for s in self.skipped],
+            "resumed": self.resumed,
+            "seconds": round(self.seconds, 3),
+        }

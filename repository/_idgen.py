@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import os
 import threading
 
-from journals import write_atomic
+from journals import makedirs_durable, write_atomic
 
 from ._layout import Layout
 
@@ -52,5 +51,5 @@ class IdGenerator:
             # In memory first: even if the mark cannot be written (ENOSPC), this process never
             # hands out an id below next_id again.
             self._next = next_id
-            os.makedirs(self.layout.state, exist_ok=True)
+            makedirs_durable(self.layout.state)
             write_atomic(self.layout.id_high_water, f"{next_id}\n".encode(), sync=sync)

@@ -14,9 +14,10 @@ import logging
 import os
 from dataclasses import dataclass, field
 
-from journals import fsync_dir, listdir, write_atomic
+from journals import fsync_dir, listdir, makedirs_durable, write_atomic
 
 from ._blocks import BLOCK_HEADER, BatchSlice, EventRun, decode_block
+from ._errors import RepositoryError
 from ._eventlog import read_log_header
 from ._idgen import IdGenerator
 from ._layout import LOG_SUFFIX, TMP_SUFFIX, TOC_SUFFIX, Layout
@@ -63,20 +64,22 @@ def recover(layout: Layout, containers: list[str], store: LogStore) -> RecoveryR
         if name.endswith(TOC_SUFFIX) and f"{stem}{LOG_SUFFIX}" not in names:
             os.unlink(os.path.join(layout.logs, name))
             rep.orphan_tocs_removed.append(name)
-        elif name.endswith(LOG_SUFFIX) and f"{stem}{TOC_SUFFIX}" not in names:
-            path = os.path.join(layout.logs, name)
-            toc = rebuild_toc(path)
-            write_atomic(path[: -len(LOG_SUFFIX)] + TOC_SUFFIX, encode_toc(toc))
-            rep.tocs_rebuilt.append(name)
-            log.warning("event log %s had no table of contents; rebuilt it from its blocks", path)
     if rep.temp_files_removed or rep.orphan_tocs_removed:
         fsync_dir(layout.logs)
     store.scan()
+    # A committed log whose toc is missing, torn or damaged did not load: rebuild its toc.
+    loaded = {f"{r.first_id}{LOG_SUFFIX}" for r in store.readers()}
+    logs = [n for n in names if n.endswith(LOG_SUFFIX) and n[: -len(LOG_SUFFIX)].isdigit()]
+    for name in sorted(n for n in logs if n not in loaded):
+        if _rebuild_toc_of(os.path.join(layout.logs, name)):
+            rep.tocs_rebuilt.append(name)
+    if rep.tocs_rebuilt:
+        store.scan()
     # A crash between a log's rename (its commit point) and raising the id high-water mark
     # leaves the mark below the logs; raise it now, or deleting that log (by hand, age-off)
     # would let its ids be handed out again (README Guarantee 3).
     if store.next_id > IdGenerator.read_high_water(layout):
-        os.makedirs(layout.state, exist_ok=True)
+        makedirs_durable(layout.state)
         write_atomic(layout.id_high_water, f"{store.next_id}\n".encode())
         rep.high_water_raised_to = store.next_id
 
@@ -93,6 +96,19 @@ def recover(layout: Layout, containers: list[str], store: LogStore) -> RecoveryR
     if rep.anything:
         log.info("recovery of %s: %s", layout.root, rep)
     return rep
+
+
+def _rebuild_toc_of(path: str) -> bool:
+    try:
+        toc = rebuild_toc(path)
+    except (RepositoryError, OSError, ValueError) as e:
+        # Left as it is: `verify` and the store's problems name it; refusing to open the
+        # whole repository for one damaged log would lose the others.
+        log.error("event log %s has no usable table of contents and cannot be rebuilt: %s", path, e)
+        return False
+    write_atomic(path[: -len(LOG_SUFFIX)] + TOC_SUFFIX, encode_toc(toc))
+    log.warning("event log %s had no usable table of contents; rebuilt it from its blocks", path)
+    return True
 
 
 def rebuild_toc(path: str) -> Toc:

@@ -7,27 +7,42 @@ the index, age-off to `AgeOff`, lineage, culprits and mining to `repository.line
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
 import os
+import secrets
 from collections.abc import Callable, Iterable, Sequence
 from types import TracebackType
 from typing import Any
 
-from journals import LineageBatch, ProvenanceEvent, WriterSpec, write_atomic
+import msgspec
+
+from journals import (
+    MARKER_NAME,
+    TRANSPORTS,
+    JournalWriter,
+    LineageBatch,
+    ProvenanceEvent,
+    WriterSpec,
+    makedirs_durable,
+    write_atomic,
+)
 
 from . import _search
 from ._ageoff import AgeOff, AgeOffReport
 from ._config import RepositoryConfig, parse_duration, parse_size
 from ._errors import BadInput, NotFound, RepositoryError, check_id
 from ._eventlog import LogReader
-from ._export import ExportBatch, ExportCursor, Exporter
+from ._export import ExportBatch, ExportCursor, Exporter, TableExport
 from ._idgen import IdGenerator
 from ._indexing import RepositoryIndex
 from ._layout import Layout
 from ._lock import OwnerLock
+from ._receiver import JournalReceiver, ReceiverStats, files_spec
 from ._recovery import RecoveryReport, recover
+from ._retired import load_retired, retire
 from ._rollover import Rollover, RolloverStats, sealed_journals
 from ._stats import RepositoryStats, repository_stats
 from ._store import LogStore
@@ -39,6 +54,7 @@ from .lineage import (
     ForwardIndex,
     LineageIndex,
     MineReport,
+    event_data,
     find_culprits,
     mine,
     verify_forward,
@@ -72,9 +88,11 @@ class ProvenanceRepository:
         self._closed = False
         self._store = LogStore(self.layout)
         self._ids = IdGenerator(self.layout)
-        self._pool = WriterPool(
-            self.writer_spec(), len(self.containers) * config.journals_per_container
-        )
+        self._files = files_spec(self.containers, config.sync, config.journals_per_container)
+        self._token = ""  # each container's marker while the receiver runs
+        self._receiver: JournalReceiver | None = None
+        self._receiver_stats: ReceiverStats | None = None
+        self._pool = WriterPool(self._files, len(self.containers) * config.journals_per_container)
         self._rollover = Rollover(
             self.layout, config, self.containers, self._store, self._ids, self._pool
         )
@@ -86,8 +104,10 @@ class ProvenanceRepository:
             writable=not read_only,
             block_size=config.block_size,
             level=config.zstd_level,
+            sync=config.sync != "none",
         )
         self._lineage: LineageIndex | None = None
+        self._close_listeners: list[Callable[[], object]] = []
         self._index = RepositoryIndex(self.layout, config, self._store, read_only)
         self._ageoff = AgeOff(
             self.layout,
@@ -96,6 +116,7 @@ class ProvenanceRepository:
             config.max_storage_time,
             config.max_storage_bytes,
             interval=min(config.rollover_interval, 60.0),
+            retire=lambda tocs: retire(self.layout, tocs, config.sync != "none"),
         )
 
     # -- opening and closing -----------------------------------------------------------------
@@ -126,7 +147,7 @@ class ProvenanceRepository:
             return repo
         if os.path.exists(path) and not os.path.isdir(path):
             raise BadInput(f"{path} exists and is not a directory")
-        os.makedirs(path, exist_ok=True)
+        makedirs_durable(path)
         lock = OwnerLock(layout.lock)
         lock.acquire()
         try:
@@ -153,11 +174,11 @@ class ProvenanceRepository:
 
     def _open_owner(self, start_threads: bool) -> None:
         for d in (self.layout.logs, self.layout.state, *self.containers):
-            os.makedirs(d, exist_ok=True)
+            makedirs_durable(d)
         write_atomic(self.layout.config, json.dumps(self.config.to_json(), indent=2).encode())
         self.recovery = recover(self.layout, self.containers, self._store)
         self._ids.load(self._store.next_id)
-        self._rollover.load(self._store.tocs())
+        self._rollover.load(self._store.tocs(), load_retired(self.layout))
         if self.config.forward_index:
             self._rollover.add_derived(self._forward.builder)
         if sealed_journals(self.containers):
@@ -176,7 +197,13 @@ class ProvenanceRepository:
         """Stop the threads, seal driver journals and merge them. Safe to call twice."""
         if self._closed:
             return
+        for callback in list(self._close_listeners):
+            try:
+                callback()
+            except Exception:  # closing goes on: the listener's work is its own
+                log.exception("a close listener failed")
         self._closed = True
+        self.stop_receiver()  # no journal may arrive after the final rollover
         self._rollover.stop()
         self._ageoff.stop()
         try:
@@ -209,13 +236,72 @@ class ProvenanceRepository:
 
     # -- writing -----------------------------------------------------------------------------
 
-    def writer_spec(self) -> WriterSpec:
-        """What another process needs to write journals into this repository."""
-        return WriterSpec(
-            containers=list(self.containers),
-            sync=self.config.sync,
-            journals_per_container=self.config.journals_per_container,
+    def writer_spec(self, transport: str | None = None) -> WriterSpec:
+        """What another process (a Spark task) needs to write journals into this repository.
+
+        `transport` (default: the configured one) says where its writers put them: "shared"
+        files in the containers; with a receiver running (`start_receiver`), "socket" streams
+        to it and "auto" writes files where the process sees the containers, else streams."""
+        mode = self.config.transport if transport is None else transport
+        if mode not in TRANSPORTS:
+            raise BadInput(f"transport must be one of {', '.join(TRANSPORTS)}, got {mode!r}")
+        rx = self._receiver
+        if rx is None or mode == "shared":
+            if mode == "socket":
+                raise BadInput("transport 'socket' needs a journal receiver: start_receiver()")
+            return self._files
+        return msgspec.structs.replace(
+            self._files,
+            transport=mode,
+            receiver=rx.address,
+            container_token=self._token,
+            secret=rx.secret_hex,
         )
+
+    def start_receiver(
+        self, host: str = "127.0.0.1", *, bind_host: str | None = None, port: int | None = None
+    ) -> tuple[str, int]:
+        """Take journals from processes that cannot reach the containers (Spark executors
+        without the shared filesystem): a TCP receiver on `bind_host` (default `host`) and
+        `port` (default: the configured `transport_port`, 0 = any), which seals each journal
+        into a container before acknowledging it. Clients must hold the secret that
+        `writer_spec()` then carries. Returns (host, port) clients connect to; a second call
+        returns the running receiver's."""
+        self._check_writable()
+        if self._receiver is None:
+            # Executors in "auto" mode write files only where they see this very token.
+            token = secrets.token_hex(16)
+            sync = self.config.sync != "none"
+            for c in self.containers:
+                write_atomic(os.path.join(c, MARKER_NAME), token.encode(), sync)
+            self._token = token
+            rx = JournalReceiver(
+                self._receive_journal,
+                host,
+                self.config.transport_port if port is None else port,
+                bind_host=bind_host,
+            )
+            rx.start()
+            self._receiver = rx
+            self._receiver_stats = rx.stats
+        return self._receiver.address
+
+    def stop_receiver(self) -> None:
+        """Stop the journal receiver (streams under way are dropped); no-op if none runs."""
+        rx, self._receiver = self._receiver, None
+        if rx is not None:
+            rx.stop()
+            for c in self.containers:
+                with contextlib.suppress(OSError):
+                    os.unlink(os.path.join(c, MARKER_NAME))
+
+    @property
+    def receiver_stats(self) -> ReceiverStats | None:
+        """What the journal receiver did (the last one to run; None if none ran)."""
+        return self._receiver_stats
+
+    def _receive_journal(self, tag: str) -> JournalWriter:
+        return JournalWriter.create(self._files, tag)
 
     def register_events(self, events: Iterable[ProvenanceEvent] | LineageBatch) -> int:
         """Write driver-side events (or one lineage batch); they get ids at the next rollover."""
@@ -247,6 +333,11 @@ class ProvenanceRepository:
         """A lookup right after an action sees its lineage: merge what was requested."""
         if not self.read_only and not self._closed:
             self._rollover.catch_up()
+
+    def add_close_listener(self, callback: Callable[[], object]) -> None:
+        """Call `callback()` when `close()` begins, while the repository is still open (e.g.
+        to finish work that reads it, such as OpenLineage events waiting for their counts)."""
+        self._close_listeners.append(callback)
 
     def add_rollover_listener(self, callback: Callable[[Toc], object]) -> None:
         """Call `callback(toc)` after each rollover that produced a log (e.g. the indexer)."""
@@ -297,6 +388,55 @@ class ProvenanceRepository:
         """A named, persistent export cursor (exactly-once when committed after use)."""
         return ExportCursor(self._exporter, self.layout.cursors, name)
 
+    def export_parquet(
+        self,
+        out: str | os.PathLike[str],
+        *,
+        run: str | None = None,
+        from_id: int | None = None,
+        progress: bool = False,
+        chunk_events: int | None = None,
+    ) -> TableExport:
+        """Export events and lineage edges as Parquet tables under `out` (`events/` and
+        `edges/`, Hive-partitioned by run_id; DuckDB, Spark and pandas read them), from `out`'s
+        export cursor (or `from_id`, or the first id) to the newest event; `run`: that run
+        only. Written atomically and resumable: a killed export goes on where it stopped, and
+        a later one into the same `out` exports what came since. `progress`: a tqdm bar."""
+        return self._export_tables(out, "parquet", run, from_id, progress, chunk_events)
+
+    def export_jsonl(
+        self,
+        out: str | os.PathLike[str],
+        *,
+        run: str | None = None,
+        from_id: int | None = None,
+        progress: bool = False,
+        chunk_events: int | None = None,
+    ) -> TableExport:
+        """As `export_parquet`, in JSON lines (one object per row, the run id in each)."""
+        return self._export_tables(out, "jsonl", run, from_id, progress, chunk_events)
+
+    def _export_tables(
+        self,
+        out: str | os.PathLike[str],
+        fmt: str,
+        run: str | None,
+        from_id: int | None,
+        progress: bool,
+        chunk_events: int | None,
+    ) -> TableExport:
+        from ._tableexport import CHUNK_EVENTS, export_tables  # pyarrow: loaded when used
+
+        return export_tables(
+            self._store,
+            out,
+            fmt,
+            run=run,
+            from_id=from_id,
+            progress=progress,
+            chunk_events=CHUNK_EVENTS if chunk_events is None else chunk_events,
+        )
+
     def logs(self) -> list[LogReader]:
         """The committed event logs, oldest first."""
         return self._store.readers()
@@ -316,6 +456,11 @@ class ProvenanceRepository:
         """Input records whose processing raised (FAIL events), once per record and error."""
         self._catch_up()
         return find_culprits(self._store, self._index, self.lineage, run, with_data)
+
+    def event_data(self, event: ProvenanceEvent) -> Any:
+        """The raw data of an event's record (None when none was captured): the input line
+        re-read by offset, or the captured value, as traces and culprits show it."""
+        return event_data(self.lineage, event)
 
     def mine(
         self,

@@ -31,6 +31,7 @@ from journals import (
     gc_paused,
     host_tag,
     listdir,
+    makedirs_durable,
 )
 
 from ._config import RepositoryConfig
@@ -254,7 +255,7 @@ def _quarantine(layout: Layout, path: str) -> None:
     """
     target = os.path.join(layout.quarantine, os.path.basename(path))
     try:
-        os.makedirs(layout.quarantine, exist_ok=True)
+        makedirs_durable(layout.quarantine)
         shutil.move(path, target)
         log.warning("journal %s had damaged frames; moved to %s", path, target)
         return
@@ -356,8 +357,11 @@ class Rollover:
         )
         self._watcher: JournalWatcher | None = None
 
-    def load(self, tocs: list[Toc]) -> None:
-        """Learn which task attempts the committed logs kept (at open, before any merge)."""
+    def load(self, tocs: list[Toc], retired: dict[tuple[str, str, int], int] | None = None) -> None:
+        """Learn which task attempts the committed logs kept (at open, before any merge), and
+        those of aged-off logs (`retired`: they were merged first, so they win)."""
+        if retired:
+            self._registry.commit(retired)
         self._registry.load(tocs)
 
     def add_listener(self, callback: RolloverListener) -> None:

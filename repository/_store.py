@@ -147,13 +147,9 @@ class LogStore:
         pos = first_id
         left = max_events
         while left is None or left > 0:
-            with self._lock:
-                i = bisect_right(self._firsts, pos) - 1
-                if i < 0 or pos >= self._logs[self._firsts[i]].next_id:
-                    i += 1
-                if i >= len(self._firsts):
-                    return
-                reader = self._logs[self._firsts[i]]
+            reader = self._reader_from(pos)
+            if reader is None:
+                return
             start = max(pos, reader.first_id)
             stop = reader.next_id if left is None else min(reader.next_id, start + left)
             try:
@@ -164,6 +160,37 @@ class LogStore:
             except FileNotFoundError:
                 self._vanished(reader)
             pos = max(pos, reader.next_id)
+
+    def entries(self, first_id: int, stop_id: int) -> Iterator[Entry]:
+        """The stored block entries (rich-event runs, lineage batch slices) holding ids in
+        [first_id, stop_id), in id order, undecoded beyond the block: for columnar readers
+        (export). Entries may reach past either end; vanished logs are skipped."""
+        pos = first_id
+        while pos < stop_id:
+            reader = self._reader_from(pos)
+            if reader is None or reader.first_id >= stop_id:
+                return
+            try:
+                for bi in range(reader.block_index(max(pos, reader.first_id)), reader.blocks):
+                    if reader.block_first_id(bi) >= stop_id:
+                        break
+                    for e in reader.read_block(bi):
+                        if e.first_id + e.count <= pos:
+                            continue
+                        if e.first_id >= stop_id:
+                            break
+                        yield e
+            except FileNotFoundError:
+                self._vanished(reader)
+            pos = max(pos, reader.next_id)
+
+    def _reader_from(self, pos: int) -> LogReader | None:
+        """The log holding id `pos`, else the first log after it (None: no such log)."""
+        with self._lock:
+            i = bisect_right(self._firsts, pos) - 1
+            if i < 0 or pos >= self._logs[self._firsts[i]].next_id:
+                i += 1
+            return self._logs[self._firsts[i]] if i < len(self._firsts) else None
 
     def _vanished(self, reader: LogReader) -> None:
         log.info("event log %s vanished (aged off); skipping it", reader.path)

@@ -33,7 +33,7 @@ class WriterPool:
         slot = self._slots[next(self._rr) % len(self._slots)]
         with slot.lock:
             if slot.writer is None:
-                slot.writer = JournalWriter.open(self._spec, tag="driver")
+                slot.writer = JournalWriter.create(self._spec, tag="driver")
             writer = slot.writer
             try:
                 writer.append(items)

@@ -3,6 +3,12 @@ themselves at a chosen point, so nothing here ever cleans up.
 
     writer CONTAINERS_JSON WRITER JOURNALS   seal JOURNALS journals, then append to one more forever
     rollover REPO POINT                       open REPO as owner (which rolls over), dying at POINT
+    loop REPO BASE                            as owner: seal journals, roll over every 3rd, forever
+    ageoff REPO BASE MAX_BYTES                the same, and an age-off pass after every rollover
+    soakwriter SPEC_JSON WRITER SECONDS       seal journals of WRITER's records until SECONDS pass
+
+Acknowledgements go to stdout once what they name is durable: "sealed J" (journal J's
+records, `loop_records`), "rolled N" (events 1..N merged), "ageoff" (a pass starts).
 """
 
 from __future__ import annotations
@@ -28,6 +34,64 @@ def writer_records(writer: int, journal: int) -> tuple[list[int], list[int]]:
     """(rich record ids, batch record ids) of one sealed journal of one writer child."""
     base = writer * 1_000_000 + journal * 1_000
     return list(range(base, base + 40)), list(range(base + 500, base + 500 + 60))
+
+
+def loop_records(base: int, journal: int) -> list[int]:
+    """Record ids of journal `journal` of a loop child, in append (and so merge) order: 30
+    rich events, a lineage batch of 50 records, then 20 rich events."""
+    first = base + journal * 100
+    return list(range(first, first + 100))
+
+
+def append_loop_journal(w: JournalWriter, base: int, journal: int) -> None:
+    ids = loop_records(base, journal)
+    w.append([make_event(i) for i in ids[:30]])
+    w.append(lineage_batch(ids[30:80], partition=journal))
+    w.append([make_event(i) for i in ids[80:]])
+
+
+def run_loop(repo_path: str, base: int, max_bytes: int | None = None) -> None:
+    """Own the repository; seal journals, roll over every third one, forever (until killed).
+    With `max_bytes`, an age-off pass to that size follows each rollover."""
+    from repository import ProvenanceRepository, RepositoryConfig
+
+    config = RepositoryConfig(rollover_interval=3600, block_size="4KiB")
+    repo = ProvenanceRepository.open(repo_path, config, start_threads=False)
+    spec = repo.writer_spec()
+    print("ready", flush=True)
+    j = 0
+    while True:
+        w = JournalWriter.open(spec, tag="loop")
+        append_loop_journal(w, base, j)
+        w.seal()
+        print(f"sealed {j}", flush=True)
+        j += 1
+        if j % 3 == 0:
+            repo.rollover()
+            print(f"rolled {repo.max_event_id}", flush=True)
+            if max_bytes is not None:
+                print("ageoff", flush=True)
+                repo.age_off(max_bytes=max_bytes)
+
+
+def run_soak_writer(spec: WriterSpec, writer: int, seconds: float) -> None:
+    """Seal journals of 100-500 events until `seconds` pass; "sealed LO HI" after each (its
+    records are writer * 10**8 + [LO, HI))."""
+    import random
+
+    rng = random.Random(writer)
+    deadline = time.monotonic() + seconds
+    seq = 0
+    while time.monotonic() < deadline:
+        n = rng.randrange(100, 500)
+        base = writer * 10**8
+        with JournalWriter.open(spec, tag=f"soak{writer}") as w:
+            for lo in range(seq, seq + n, 100):
+                w.append([make_event(base + i) for i in range(lo, min(seq + n, lo + 100))])
+        print(f"sealed {seq} {seq + n}", flush=True)
+        seq += n
+        time.sleep(rng.uniform(0.05, 0.2))  # ~1-2k events/s a writer: a soak, not a flood
+    print("done", flush=True)
 
 
 def run_writer(containers: list[str], writer: int, journals: int) -> None:
@@ -167,5 +231,11 @@ if __name__ == "__main__":
         run_writer(json.loads(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]))
     elif sys.argv[1] == "rollover":
         run_rollover(sys.argv[2], sys.argv[3])
+    elif sys.argv[1] == "loop":
+        run_loop(sys.argv[2], int(sys.argv[3]))
+    elif sys.argv[1] == "ageoff":
+        run_loop(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
+    elif sys.argv[1] == "soakwriter":
+        run_soak_writer(WriterSpec(**json.loads(sys.argv[2])), int(sys.argv[3]), float(sys.argv[4]))
     else:
         raise SystemExit(f"unknown mode {sys.argv[1]}")

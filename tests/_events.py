@@ -4,13 +4,22 @@ about (the run, component, partition, attempt and time have defaults)."""
 from __future__ import annotations
 
 import json
+import pickle
 import time
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from journals import EventType, LineageBatch, Location, ProvenanceEvent, pack_record_id
+from journals import (
+    EventType,
+    JournalWriter,
+    LineageBatch,
+    Location,
+    ProvenanceEvent,
+    pack_record_id,
+    record_id_base,
+)
 from repository import RUN_COMPONENT_TYPE
 
 
@@ -85,3 +94,49 @@ def run_descriptor(
         record_ids=range(rid, rid + 1),
         details=json.dumps(desc),
     )
+
+
+def cp(number, name, ctype, parents=(), dependency="narrow", event="FORK"):
+    """A capture point of a hand-built run's descriptor."""
+    return {
+        "cp": number,
+        "component_id": name,
+        "component_type": ctype,
+        "event_type": "RECEIVE" if dependency == "source" else event,
+        "parents": list(parents),
+        "dependency": dependency,
+        "partitions": 0,
+    }
+
+
+def write_run(repo, run, cps, records, descriptor=True, values=None):
+    """A hand-built run written through a journal: records: {(cp, partition): list of
+    parent-id lists (sources: an int, the count)}; values: {(cp, partition): each record's
+    value}, captured pickled as the agent does."""
+    kinds = {c["cp"]: c for c in cps}
+    with JournalWriter.open(repo.writer_spec()) as w:
+        for (number, part), parents in sorted(records.items()):
+            c = kinds[number]
+            base = record_id_base(number, part)
+            n = parents if isinstance(parents, int) else len(parents)
+            if n == 0:
+                continue  # the agent writes no batch for an empty partition
+            kw = {}
+            if values and (number, part) in values:
+                kw["values"] = [pickle.dumps(v) for v in values[(number, part)]]
+            w.append(
+                lineage_batch(
+                    range(base, base + n),
+                    parents=None if isinstance(parents, int) else parents,
+                    time_ns=time.time_ns(),
+                    event_type=c["event_type"],
+                    run=run,
+                    component=c["component_id"],
+                    component_type=c["component_type"],
+                    partition=part,
+                    **kw,
+                )
+            )
+        if descriptor:
+            w.append(run_descriptor(run, cps))
+    repo.rollover()

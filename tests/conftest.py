@@ -20,6 +20,19 @@ def repo(tmp_path, config):
         yield r
 
 
+@pytest.fixture
+def no_openlineage_env(monkeypatch, tmp_path):
+    """No OpenLineage configuration from the machine running the tests (environment, the
+    working directory's or the home directory's openlineage.yml)."""
+    import os
+
+    for k in list(os.environ):
+        if k.startswith("OPENLINEAGE"):
+            monkeypatch.delenv(k)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)
+
+
 @pytest.hookimpl(tryfirst=True)  # before `-m` deselects by marker
 def pytest_collection_modifyitems(config, items) -> None:
     """Every test on Spark (marked, or using the session) is marked `spark`, and skips with
@@ -66,11 +79,12 @@ def spark():
 
 
 @pytest.fixture
-def lc(spark, tmp_path):
-    """A LineageContext over a fresh repository (rollover thread on, no fsync)."""
+def lc(spark, tmp_path, request):
+    """A LineageContext over a fresh repository (rollover thread on, no fsync). Parametrize
+    it indirectly with a transport ("socket": journals through the driver's receiver)."""
     from agent import LineageContext
 
     with ProvenanceRepository.open(
         tmp_path / "lineage-repo", RepositoryConfig(sync="none", rollover_interval=3600)
     ) as r:
-        yield LineageContext(spark, r)
+        yield LineageContext(spark, r, transport=getattr(request, "param", None))

@@ -15,6 +15,7 @@ from journals import EventType, unpack_record_ids
 pytestmark = pytest.mark.spark
 
 
+@pytest.mark.parametrize("lc", ["shared", "socket"], indirect=True)
 def test_a_retried_task_leaves_exactly_one_copy_of_lineage(lc):
     # Defined here so cloudpickle ships it by value (test modules are not importable by
     # Spark's Python workers).
@@ -101,3 +102,16 @@ def test_fail_policy_culprits_carry_their_raw_data(lc, tmp_path):
     assert raw[ev.location.offset : ev.location.offset + ev.location.length] == (
         "23,\u00e9bad\n".encode()
     )
+
+
+@pytest.mark.parametrize("lc", ["socket"], indirect=True)
+def test_a_task_whose_lineage_cannot_be_made_durable_fails(lc):
+    """Guarantee 7 the other way round: when the receiver cannot take a task's journal, the
+    task fails (Spark retries it, then fails the job) rather than succeeding without its
+    lineage."""
+    lc.repo.stop_receiver()
+    with pytest.raises(Exception, match="cannot reach the journal receiver"):
+        lc.parallelize(range(10), 2).map(lambda x: x + 1).collect()
+    lc.repo.rollover()
+    info = lc.repo.lineage.run_info(lc.run_id)  # the run descriptor, and no lineage
+    assert info.capture_points and all(c.records == 0 for c in info.capture_points.values())

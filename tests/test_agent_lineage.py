@@ -101,16 +101,18 @@ def check_lineage(lc, captured, vanilla, ref: Ref, action: str = "collect") -> N
 def lc(request, spark, tmp_path, monkeypatch):
     """Every test runs under both narrow policies. Deferred with tiny thresholds, so records
     here have coarse groups (more than 2 parents: groups of 3 inputs) re-derived at trace
-    time, not only exact ones."""
+    time, not only exact ones. Parametrized indirectly with "narrow/transport" (e.g.
+    "deferred/socket": journals through the driver's receiver) a test picks both."""
     from agent import LineageContext, _deferred
     from repository import ProvenanceRepository, RepositoryConfig
 
-    if request.param == "deferred":
+    narrow, _, transport = request.param.partition("/")
+    if narrow == "deferred":
         monkeypatch.setattr(_deferred, "EXACT", 2)
         monkeypatch.setattr(_deferred, "GROUP", 3)
     config = RepositoryConfig(sync="none", rollover_interval=3600)
     with ProvenanceRepository.open(tmp_path / "lineage-repo", config) as r:
-        yield LineageContext(spark, r, narrow=request.param)
+        yield LineageContext(spark, r, narrow=narrow, transport=transport or None)
 
 
 @pytest.fixture
@@ -121,6 +123,10 @@ def src(lc, text_path):
 # -- multi-stage pipelines ----------------------------------------------------------------------
 
 
+# Through the journal stream too: the lineage a cluster without a shared filesystem gets.
+@pytest.mark.parametrize(
+    "lc", ["eager/shared", "eager/socket", "deferred/shared", "deferred/socket"], indirect=True
+)
 def test_word_count(src, lc):
     cap, van, ref = src.text()
 
@@ -132,6 +138,7 @@ def test_word_count(src, lc):
         )
 
     check_lineage(lc, wc(cap, 2), wc(van, 2), wc(ref, 2))
+    assert (lc.repo.receiver_stats is not None) == (lc.transport == "socket")
 
 
 def test_grep(src, lc):
@@ -147,6 +154,9 @@ USERS = [(i, f"user{i % 4}", i % 3) for i in range(12)]
 VISITS = [(100 + i, i % 14, (i * 37) % 100) for i in range(40)]  # uids 12, 13: no such user
 
 
+@pytest.mark.parametrize(
+    "lc", ["eager/shared", "eager/socket", "deferred/shared", "deferred/socket"], indirect=True
+)
 def test_join_then_aggregate(src, lc):
     users, users_v, users_r = src.table(USERS)
     visits, visits_v, visits_r = src.table(VISITS, 4)

@@ -119,5 +119,5 @@ def test_demo_runs_end_to_end(tmp_path):
         timeout=240,
     )
     assert out.returncode == 0, out.stderr[-2000:]
-    assert "Try:" in out.stdout
+    assert "Try:" in out.stdout and "provrepo ui " in out.stdout
     assert cli(["verify", str(tmp_path / "demo")]) == 0

@@ -15,7 +15,11 @@ from journals import (
     LineageBatch,
     Location,
     WriterSpec,
+    group_ids,
+    isin_sorted,
     pack_record_id,
+    record_id_base,
+    unique_ids,
     unpack_record_id,
 )
 from journals._columns import DELTA, SEGMENTED, SHUFFLED, IntColumn, _unpack_params
@@ -248,3 +252,40 @@ def test_int_column_with_a_step_wider_than_int64():
     assert col.slice(1, 3).to_array().tolist() == values[1:3]
     assert IntColumn.from_array(np.array(values[1:3])).to_array().tolist() == values[1:3]
     assert col.compacted().to_array().tolist() == values
+
+
+@pytest.mark.parametrize("n", [0, 1, 2, 7, 1000])
+def test_id_set_helpers_match_numpy(n):
+    rng = np.random.default_rng(n)
+    ids = rng.integers(0, 1 << 62, n) if n < 1000 else rng.integers(0, 50, n) << 49
+    u = unique_ids(ids)
+    assert np.array_equal(u, np.unique(ids)) and u.dtype == np.int64
+    values, inverse, counts = group_ids(ids)
+    want = np.unique(ids, return_inverse=True, return_counts=True)
+    assert np.array_equal(values, want[0]) and np.array_equal(counts, want[2])
+    assert np.array_equal(inverse, want[1].reshape(-1)) and np.array_equal(values[inverse], ids)
+    probe = np.concatenate([ids[: n // 2], rng.integers(0, 1 << 62, 20)])
+    for subset in (u, u[::3], u[:0]):
+        assert np.array_equal(isin_sorted(probe, subset), np.isin(probe, subset))
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_unique_ids_of_record_ids_in_chunks(seed):
+    """A trace level's union: dense positions over a few partitions (the bitmap path), chunks
+    that are ascending and disjoint (concatenated as they are), chunks that overlap or repeat
+    a value (neither shortcut may apply). Each equals np.unique of everything."""
+    rng = np.random.default_rng(seed)
+    parts = rng.choice(3000, 5, replace=False)
+    dense = [
+        record_id_base(2 + i % 2, int(p)) + rng.integers(0, 6000, 5000) for i, p in enumerate(parts)
+    ]
+    disjoint = [np.unique(c) for c in dense]
+    rng.shuffle(disjoint)  # out of order: still disjoint once ordered
+    touching = [disjoint[0], disjoint[0][-1:] + np.arange(3)]  # share one value
+    repeats = [np.sort(dense[0])]  # ascending, not strictly
+    sparse = [rng.integers(0, 1 << 62, 3000), rng.integers(0, 1 << 62, 10)]
+    for chunks in (dense, disjoint, touching, repeats, sparse, [dense[0]], []):
+        want = np.unique(np.concatenate(chunks)) if chunks else np.zeros(0, dtype=np.int64)
+        got = unique_ids(chunks)
+        assert np.array_equal(got, want) and got.dtype == np.int64
+    assert np.array_equal(unique_ids(np.concatenate(dense)), np.unique(np.concatenate(dense)))

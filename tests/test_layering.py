@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-HEAVY = ("repository", "indexer", "tantivy", "watchdog", "tqdm", "pyspark")
+HEAVY = ("repository", "indexer", "tantivy", "watchdog", "tqdm", "pyspark", "pyarrow")
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 REPO = ROOT / "repository"
 # Above the storage core, each in its own folder: nothing in the core imports them.
@@ -45,6 +45,12 @@ def test_executor_side_trace_code_is_light():
     heavy = set(HEAVY) - {"repository"}
     assert not roots(loaded) & heavy, roots(loaded) & heavy
     assert "repository._repository" not in loaded and "repository.lineage._culprits" not in loaded
+
+
+def test_executor_side_dataframe_code_is_light():
+    # What a captured UDF or the write tap unpickles in a Python worker.
+    loaded = loaded_after("import agent.dataframe._udfrun, agent.dataframe._tap")
+    assert not roots(loaded) & set(HEAVY), roots(loaded) & set(HEAVY)
 
 
 @pytest.mark.parametrize(

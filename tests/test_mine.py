@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import json
 import random
-import time
 
 import numpy as np
 import pytest
-from _events import lineage_batch, run_descriptor
+from _events import cp, write_run
 
-from journals import JournalWriter, record_id_base
+from journals import record_id_base
 from repository import (
     BadInput,
     MineReport,
@@ -23,45 +22,6 @@ from repository import (
 from repository.cli import main
 
 # -- hand-built runs ------------------------------------------------------------------------------
-
-
-def cp(number, name, ctype, parents=(), dependency="narrow", event="FORK"):
-    return {
-        "cp": number,
-        "component_id": name,
-        "component_type": ctype,
-        "event_type": "RECEIVE" if dependency == "source" else event,
-        "parents": list(parents),
-        "dependency": dependency,
-        "partitions": 0,
-    }
-
-
-def write_run(repo, run, cps, records, descriptor=True):
-    """records: {(cp, partition): list of parent-id lists (sources: an int, the count)}."""
-    kinds = {c["cp"]: c for c in cps}
-    with JournalWriter.open(repo.writer_spec()) as w:
-        for (number, part), parents in sorted(records.items()):
-            c = kinds[number]
-            base = record_id_base(number, part)
-            n = parents if isinstance(parents, int) else len(parents)
-            if n == 0:
-                continue  # the agent writes no batch for an empty partition
-            w.append(
-                lineage_batch(
-                    range(base, base + n),
-                    parents=None if isinstance(parents, int) else parents,
-                    time_ns=time.time_ns(),
-                    event_type=c["event_type"],
-                    run=run,
-                    component=c["component_id"],
-                    component_type=c["component_type"],
-                    partition=part,
-                )
-            )
-        if descriptor:
-            w.append(run_descriptor(run, cps))
-    repo.rollover()
 
 
 def src(part, i):

@@ -79,7 +79,20 @@ class _Data(tuple):
         return "<searched repository>"
 
 
-times = st.one_of(st.none(), st.integers(BASE - HOUR, BASE + 5 * HOUR))
+# A bound is none, any time, or an event's time -1, +0 or +1 (resolved against the events):
+# [start, end) is only tested where a bound can equal an event time.
+times = st.one_of(
+    st.none(),
+    st.integers(BASE - HOUR, BASE + 5 * HOUR),
+    st.tuples(st.integers(0, 1 << 30), st.sampled_from((-1, 0, 1))),
+)
+
+
+def at_event(bound, events):
+    if isinstance(bound, tuple):
+        i, delta = bound
+        return events[i % len(events)].event_time_ns + delta
+    return bound
 
 
 @settings(
@@ -108,6 +121,7 @@ def test_search_equals_brute_force(
 ):
     repo, events = searched
     text, test = query
+    start, end = at_event(start, events), at_event(end, events)
     got = repo.search(
         start=start,
         end=end,

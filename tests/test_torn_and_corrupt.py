@@ -3,8 +3,10 @@ dropped; rollover merges exactly the intact records and quarantines the damaged 
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import os
+import re
 
 import pytest
 from _events import make_event
@@ -12,6 +14,7 @@ from _faults import files_under, tree_hash, write_sample_journal
 
 from journals import JournalReader
 from repository import ProvenanceRepository, RepositoryConfig
+from repository._blocks import BlockError
 from repository.cli import main as cli
 
 FILE_HEADER_SIZE = 8  # b"PRVJ", version, 3 reserved bytes
@@ -174,17 +177,22 @@ def test_verify_finds_a_damaged_block_and_toc_and_changes_nothing(tmp_path, caps
     out, err = capsys.readouterr()
     assert prov in out and "1 problem(s)" in err
     assert tree_hash(root) == before  # verify only reads
-    # Every other block still reads; the damaged one is an error, not wrong events.
+    # The damaged block costs exactly its own events, each lookup a BlockError naming the log
+    # and the block; every other event reads as written.
     with ProvenanceRepository.open(root, config, start_threads=False) as repo:
-        ok = 0
+        (reader,) = repo.logs()
+        offsets, firsts = reader.toc.block_offsets, [*reader.toc.block_first_ids, 2001]
+        k = bisect.bisect_right(offsets, size // 2) - 1
+        assert 0 < k < len(offsets) - 1  # a block in the middle, not the first or last
+        lost = range(firsts[k], firsts[k + 1])
+        assert 0 < len(lost) < 200
         for i in range(1, 2001):
-            try:
+            if i in lost:
+                with pytest.raises(BlockError, match=re.escape(f"{prov} block {k} @{offsets[k]}")):
+                    repo.get_event(i)
+            else:
                 ev = repo.get_event(i)
-            except Exception:
-                continue
-            assert ev is not None and ev.record_id == i - 1
-            ok += 1
-        assert 1900 <= ok < 2000
+                assert ev is not None and ev.record_id == i - 1
     with open(toc, "r+b") as f:  # and a torn table of contents
         f.truncate(os.path.getsize(toc) - 3)
     capsys.readouterr()

@@ -4,20 +4,21 @@ from __future__ import annotations
 
 import argparse
 import math
-import re
 from typing import TypeAlias
 
-import numpy as np
-
-from journals import pack_record_id, unpack_record_ids
-
-from .. import BadInput, ProvenanceRepository, parse_duration, parse_size
+from .. import (
+    BadInput,
+    ProvenanceRepository,
+    RecordRef,
+    format_record_id,
+    parse_duration,
+    parse_record_id,
+    parse_record_ref,
+    parse_size,
+)
 
 # What `add_subparsers()` returns: each command module's `register(sub)` adds its parsers.
 Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
-
-_TRIPLE = re.compile(r"^(\d+):(\d+):(\d+)$")
-_AT = re.compile(r"^(.+)@(\d+)$")
 
 
 def open_read_only(path: str) -> ProvenanceRepository:
@@ -99,28 +100,21 @@ def attribute(text: str) -> tuple[str, str]:
 
 def record_id(text: str) -> int:
     """A record id: an integer, or capture_point:partition:position."""
-    m = _TRIPLE.match(text.strip())
     try:
-        if m:
-            return pack_record_id(int(m[1]), int(m[2]), int(m[3]))
-        value = int(text)
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(f"{text!r}: {e}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{text!r}: record ids are not negative")
-    return value
+        return parse_record_id(text)
+    except BadInput as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
-def record_ref(text: str) -> int | tuple[str, int]:
+def record_ref(text: str) -> RecordRef:
     """A record id as `record_id` takes it, or FILE@OFFSET: the text-input line holding that
     byte of that file (resolved against the repository later)."""
-    m = _AT.match(text)
-    if m and not _TRIPLE.match(text.strip()):
-        return m[1], int(m[2])
-    return record_id(text)
+    try:
+        return parse_record_ref(text)
+    except BadInput as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def triple(rid: int) -> str:
     """A record id as capture_point:partition:position."""
-    cp, part, pos = (int(x[0]) for x in unpack_record_ids(np.array([rid])))
-    return f"{cp}:{part}:{pos}"
+    return format_record_id(rid)

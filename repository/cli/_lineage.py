@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -11,50 +10,22 @@ import numpy as np
 
 from journals import unpack_record_ids
 
-from .. import NotFound, ProvenanceRepository, RunInfo
+from .. import RunInfo, jsonable, resolve_record
 from ._args import (
     add_json_flag,
     non_negative_int,
     open_read_only,
     positive_int,
     record_ref,
-    triple,
 )
 from ._output import Output
-
-
-def _resolve(
-    repo: ProvenanceRepository, run: str | None, ref: int | tuple[str, int]
-) -> tuple[str, int]:
-    """(run, record id) of a reference; FILE@OFFSET is looked up in the run (default: the
-    newest run that read that file at that offset)."""
-    index = repo.lineage
-    if isinstance(ref, int):
-        if run is not None:
-            index.run_info(run)  # raises NotFound naming the runs there are
-            return run, ref
-        found = index.newest_run_with(ref)
-        if found is None:
-            raise NotFound(f"no run of {repo.path} stores record {_fmt(ref)}")
-        return found, ref
-    path, offset = ref
-    at = index.find_record_at(path, offset, run)
-    if at is None:
-        raise NotFound(f"no run of {repo.path} read byte {offset} of {path}")
-    return at
-
-
-def _fmt(rid: int) -> str:
-    return f"{rid} ({triple(rid)})"
 
 
 def cmd_trace(args: argparse.Namespace) -> int:
     out: Output = args.output
     with open_read_only(args.repo) as repo:
         index = repo.lineage
-        run, rid = _resolve(repo, args.run, args.record_id)
-        if not index.event_ids(run, np.array([rid]))[0]:
-            raise NotFound(f"run {run} stores no record {_fmt(rid)}")
+        run, rid = resolve_record(index, args.record_id, args.run)
         ids, hops = index.trace(run, np.array([rid]), args.forward, args.depth)
         if args.limit is not None:
             ids = ids[: args.limit]
@@ -82,18 +53,10 @@ def cmd_trace(args: argparse.Namespace) -> int:
                 loc = ev.location
                 row["location"] = {"uri": loc.uri, "offset": loc.offset, "length": loc.length}
             if data is not None:
-                row["data"] = _jsonable(data[k])
+                row["data"] = jsonable(data[k])
             rows.append(row)
         out.json_lines(rows)
     return 0
-
-
-def _jsonable(value: Any) -> Any:
-    try:
-        json.dumps(value)
-        return value
-    except (TypeError, ValueError):
-        return repr(value)
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
@@ -152,7 +115,7 @@ def cmd_culprits(args: argparse.Namespace) -> int:
             if not args.data:
                 row.pop("data")
             else:
-                row["data"] = _jsonable(row["data"])
+                row["data"] = jsonable(row["data"])
             rows.append(row)
         out.json_lines(rows)
     return 0

@@ -5,9 +5,9 @@ config, no repository), 1 for a failure inside the repository, never a traceback
 PROVREPO_DEBUG=1 to see one). Read-only commands open the repository without its lock, so they
 work beside a running driver that owns it.
 
-Commands are grouped one module per group (`_events`, `_index`, `_lineage`, `_mine`); each
-prints through `args.output`, an `Output` (JSON lines, or text unless the command has `--json`
-and was given it). The CLI uses only the public `repository` facade.
+Commands are grouped one module per group (`_events`, `_export`, `_index`, `_lineage`,
+`_mine`); each prints through `args.output`, an `Output` (JSON lines, or text unless the
+command has `--json` and was given it). The CLI uses only the public `repository` facade.
 
 Upper layers add commands through the `provrepo.commands` entry-point group: each entry point
 is a function `register(subparsers)` that adds parsers whose `func(args) -> int` does the work
@@ -26,6 +26,7 @@ from typing import NoReturn, cast
 from .. import BadInput, RepositoryError, RepositoryLocked
 from ._args import Subparsers
 from ._events import register as register_event_commands
+from ._export import register as register_export_command
 from ._index import register as register_index_commands
 from ._lineage import register as register_lineage_commands
 from ._mine import register as register_mine_command
@@ -55,6 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub.required = True
 
     register_event_commands(sub)  # events, event, stats, verify
+    register_export_command(sub)  # export
     register_index_commands(sub)  # search, reindex, age-off
     register_lineage_commands(sub)  # trace, culprits, runs
     register_mine_command(sub)  # mine

@@ -15,7 +15,7 @@ from journals import lazy_exports
 
 if TYPE_CHECKING:
     from ._cache import ByteLRU
-    from ._culprits import Culprit, find_culprits
+    from ._culprits import Culprit, event_data, find_culprits
     from ._deferred import DeferredError
     from ._forward_store import ForwardIndex, verify_forward
     from ._index import (
@@ -28,11 +28,17 @@ if TYPE_CHECKING:
         open_index,
     )
     from ._mine import ActorInstance, MineReport, mine
-    from ._raw import read_range, read_ranges
-    from ._sets import equal_runs, sorted_unique, unique_ids
+    from ._raw import jsonable, read_range, read_ranges
+    from ._records import (
+        RecordRef,
+        format_record_id,
+        parse_record_id,
+        parse_record_ref,
+        resolve_record,
+    )
+    from ._sets import equal_runs
 
 _EXPORTS = {
-    "RUN_COMPONENT_TYPE": "._index",
     "ActorInstance": "._mine",
     "BatchLoc": "._index",
     "ByteLRU": "._cache",
@@ -42,16 +48,22 @@ _EXPORTS = {
     "ForwardIndex": "._forward_store",
     "LineageIndex": "._index",
     "MineReport": "._mine",
+    "RUN_COMPONENT_TYPE": "._index",
+    "RecordRef": "._records",
     "RunInfo": "._index",
     "TraceStep": "._index",
+    "equal_runs": "._sets",
+    "event_data": "._culprits",
     "find_culprits": "._culprits",
+    "format_record_id": "._records",
+    "jsonable": "._raw",
     "mine": "._mine",
     "open_index": "._index",
+    "parse_record_id": "._records",
+    "parse_record_ref": "._records",
     "read_range": "._raw",
     "read_ranges": "._raw",
-    "equal_runs": "._sets",
-    "sorted_unique": "._sets",
-    "unique_ids": "._sets",
+    "resolve_record": "._records",
     "verify_forward": "._forward_store",
 }
 
@@ -66,18 +78,22 @@ __all__ = [
     "ForwardIndex",
     "LineageIndex",
     "MineReport",
+    "RecordRef",
     "RunInfo",
     "TraceStep",
     "equal_runs",
+    "event_data",
     "find_culprits",
+    "format_record_id",
+    "jsonable",
     "mine",
     "open_index",
+    "parse_record_id",
+    "parse_record_ref",
     "read_range",
     "read_ranges",
-    "sorted_unique",
-    "unique_ids",
+    "resolve_record",
     "verify_forward",
 ]
-
 
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())

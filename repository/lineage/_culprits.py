@@ -130,6 +130,16 @@ def _fails_from(store: LogStore, first_id: int, run: str | None) -> list[Provena
     ]
 
 
+def event_data(index: LineageIndex, ev: ProvenanceEvent) -> Any:
+    """The raw data of an event's record: from the run's lineage when it stores the record
+    (re-read by offset, or the captured value), else as the event itself names it."""
+    if ev.record_id >= 0:
+        rid = np.array([ev.record_id], dtype=np.int64)
+        if index.event_ids(ev.run_id, rid)[0]:
+            return index.record_data(ev.run_id, rid)[0]
+    return _data_in_event(ev)
+
+
 def _data_in_event(ev: ProvenanceEvent) -> Any:
     """The culprit's raw data as its FAIL event names it: the line re-read by offset, or the
     repr of its value; None when the event carries neither."""

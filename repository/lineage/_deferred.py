@@ -28,11 +28,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from journals import record_id_base, unpack_record_ids
+from journals import record_id_base, unique_ids, unpack_record_ids
 
 from .._errors import RepositoryError
 from ._cache import ByteLRU
-from ._sets import EMPTY, unique_ids
+from ._sets import EMPTY
 
 if TYPE_CHECKING:
     from ._index import BatchLoc, CapturePointInfo, LineageIndex
@@ -129,24 +129,34 @@ class DeferredResolver:
 
     # -- forward ---------------------------------------------------------------------------------
 
-    def children(self, run: str, cp: CapturePointInfo, inputs: np.ndarray) -> np.ndarray:
+    def child_edges(
+        self, run: str, cp: CapturePointInfo, inputs: np.ndarray, pairs: bool = False
+    ) -> tuple[np.ndarray | None, np.ndarray]:
         """The records at deferred capture point `cp` made from `inputs` (ids at its input
-        capture point, ascending)."""
+        capture point, ascending): (None, children distinct and ascending), or with `pairs`
+        (parents, children), one per association."""
         spec = cp.deferred or {}
         in_cp = int(spec["input"])
-        found: list[int] = []
+        kids: list[int] = []
+        pars: list[int] = []
         cps, parts, _ = unpack_record_ids(inputs)
         for part in sorted(set(parts[cps == in_cp].tolist())):
             mine = inputs[(parts == part) & (cps == in_cp)]
             keymap = self._keymap(run, cp, int(part))
             if not keymap:
                 continue
-            keys: set = set()
             for a in range(0, len(mine), PAGE):
-                for ks in self._emitted(run, cp, int(part), mine[a : a + PAGE]):
-                    keys.update(ks)
-            found.extend(keymap[k] for k in keys if k in keymap)
-        return np.array(sorted(set(found)), dtype=np.int64) if found else EMPTY
+                page = mine[a : a + PAGE]
+                for rid, ks in zip(page.tolist(), self._emitted(run, cp, int(part), page)):
+                    for k in set(ks) if len(ks) > 1 else ks:  # one association per key
+                        child = keymap.get(k)
+                        if child is not None:
+                            kids.append(child)
+                            pars.append(rid)
+        children = np.array(kids, dtype=np.int64)
+        if pairs:
+            return np.array(pars, dtype=np.int64), children
+        return None, unique_ids(children) if len(children) else EMPTY
 
     def _keymap(self, run: str, cp: CapturePointInfo, part: int) -> dict[Any, int]:
         """key -> record id of the records at (cp, part)."""

@@ -39,13 +39,13 @@ from collections.abc import Callable, Iterator
 import msgspec
 import numpy as np
 
-from journals import IntColumn, LineageBatch, fsync_dir
+from journals import IntColumn, LineageBatch, fsync_dir, unique_ids
 
 from .._blocks import BlockError, compress_block, decode_framed
 from .._errors import RepositoryError
 from .._layout import TMP_SUFFIX
 from .._toc import Toc
-from ._sets import POSITION_BITS, sorted_unique
+from ._sets import POSITION_BITS
 
 log = logging.getLogger("provrepo.repository")
 
@@ -516,26 +516,30 @@ class ForwardFile:
     # -- lookups ---------------------------------------------------------------------------------
 
     def children(
-        self, parents: np.ndarray, allowed: set[int], blocks: BlockLoader
-    ) -> Iterator[tuple[int, np.ndarray]]:
-        """(batch first event id, child indexes ascending) for each allowed batch holding a
-        child of any of `parents` (ascending, distinct). `blocks(self, b)` decodes block b
-        (through a cache)."""
+        self, parents: np.ndarray, allowed: set[int], blocks: BlockLoader, pairs: bool = False
+    ) -> Iterator[tuple[int, np.ndarray, np.ndarray | None]]:
+        """(batch first event id, child indexes, their parents) for each allowed batch holding
+        a child of any of `parents` (ascending, distinct). Children are distinct and ascending
+        (parents None), or, with `pairs`, one per (parent, child) association with its parent.
+        `blocks(self, b)` decodes block b (through a cache)."""
         wanted: dict[int, np.ndarray] = {}  # section -> the parents to look up there
         keys = parents >> POSITION_BITS
-        for key in sorted_unique(keys).tolist():
+        for key in unique_ids(keys).tolist():
             mine = parents[keys == key]
             for k in self.by_partition.get(key, ()):
                 if self.directory.sections[k].first_event_id in allowed:
                     wanted[k] = mine
         for k, ps in self._routed(parents, allowed, blocks).items():
             prev = wanted.get(k)
-            wanted[k] = ps if prev is None else sorted_unique(np.concatenate((prev, ps)))
+            wanted[k] = ps if prev is None else unique_ids(np.concatenate((prev, ps)))
         for k in sorted(wanted):
             sec = self.directory.sections[k]
-            found = self._section_children(k, sec, wanted[k], blocks)
+            found, their_parents = self._section_children(k, sec, wanted[k], blocks)
             if len(found):
-                yield sec.first_event_id, found
+                if pairs:
+                    yield sec.first_event_id, found, their_parents
+                else:
+                    yield sec.first_event_id, unique_ids(found), None
 
     def _routed(
         self, parents: np.ndarray, allowed: set[int], blocks: BlockLoader
@@ -555,15 +559,16 @@ class ForwardFile:
                 idx = _ranges(a[sel], z[sel])
                 secs = rt.sections[idx]
                 who = np.repeat(ps[sel], z[sel] - a[sel])
-                for k in sorted_unique(secs).tolist():
+                for k in unique_ids(secs).tolist():
                     if d.sections[k].first_event_id in allowed:
                         out.setdefault(k, []).append(who[secs == k])
-        return {k: sorted_unique(np.concatenate(v)) for k, v in out.items()}
+        return {k: unique_ids(np.concatenate(v)) for k, v in out.items()}
 
     def _section_children(
         self, k: int, sec: FwdSection, parents: np.ndarray, blocks: BlockLoader
-    ) -> np.ndarray:
-        out = []
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """(child indexes, their parents): one per association of `parents` in section k."""
+        kids, pars = [], []
         for b, ps in _by_block(self._bounds(k), parents):
             for sl in blocks(self, b):
                 if not isinstance(sl, Decoded) or sl.section != k:
@@ -573,10 +578,14 @@ class ForwardFile:
                 idx[idx == len(parents_k)] = 0
                 hit = idx[parents_k[idx] == ps]
                 if len(hit):
-                    out.append(children[_ranges(starts[hit], starts[hit + 1])])
-        if not out:
-            return np.zeros(0, dtype=np.int64)
-        return sorted_unique(np.concatenate(out) if len(out) > 1 else out[0])
+                    kids.append(children[_ranges(starts[hit], starts[hit + 1])])
+                    pars.append(np.repeat(parents_k[hit], starts[hit + 1] - starts[hit]))
+        if not kids:
+            empty = np.zeros(0, dtype=np.int64)
+            return empty, empty
+        if len(kids) == 1:
+            return kids[0], pars[0]
+        return np.concatenate(kids), np.concatenate(pars)
 
 
 Bounds = tuple[np.ndarray, np.ndarray, np.ndarray]  # slices' first and last parents, blocks
@@ -604,8 +613,8 @@ def _by_block(bounds: Bounds, parents: np.ndarray) -> Iterator[tuple[int, np.nda
     ps, a, z = parents[sel], first[sel], last[sel]
     who = np.repeat(ps, z - a)
     blk = block_of[_ranges(a, z)]
-    for b in sorted_unique(blk).tolist():
-        yield b, sorted_unique(who[blk == b])
+    for b in unique_ids(blk).tolist():
+        yield b, unique_ids(who[blk == b])
 
 
 def _ranges(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:

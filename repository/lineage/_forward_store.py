@@ -56,6 +56,7 @@ class ForwardIndex:
         block_size: int = 64 * 1024,
         level: int = 3,
         cache: ByteLRU | None = None,
+        sync: bool = False,
     ) -> None:
         self.store = store
         self.layout = layout
@@ -63,6 +64,9 @@ class ForwardIndex:
         self.writable = writable
         self.block_size = block_size
         self.level = level
+        # fsync each file before its rename, and the directory after (as the log itself): a
+        # torn file would be rebuilt anyway, but the repository's renames are all durable.
+        self.sync = sync
         self.cache: ByteLRU = cache if cache is not None else ByteLRU(64 * 1024 * 1024)
         self._files: dict[int, ForwardFile | None] = {}
         self._lock = threading.RLock()
@@ -71,7 +75,7 @@ class ForwardIndex:
     def builder(self, first_id: int) -> ForwardBuilder:
         """A rollover `DerivedFactory`: the forward index of the log being merged."""
         # zstd level 1: the children are Rice-coded already; only the small columns shrink.
-        return ForwardBuilder(self.layout.logs, first_id, self.block_size, 1)
+        return ForwardBuilder(self.layout.logs, first_id, self.block_size, 1, self.sync)
 
     # -- files -----------------------------------------------------------------------------------
 

@@ -28,8 +28,13 @@ from journals import (
     MAX_PARTITION,
     Location,
     ProvenanceEvent,
+    group_ids,
+    isin_sorted,
+    pack_record_id,
     record_id_base,
+    unique_ids,
     unpack_record_id,
+    unpack_record_ids,
 )
 
 from .._blocks import BatchSlice, entry_for
@@ -43,6 +48,7 @@ from ._deferred import DeferredError, DeferredResolver
 from ._forward import ForwardError
 from ._forward_store import ForwardIndex
 from ._raw import read_in_groups, read_ranges
+from ._scans import ScanRows, scan_of
 from ._sets import (
     EMPTY,
     POSITION_BITS,
@@ -50,8 +56,6 @@ from ._sets import (
     difference,
     equal_runs,
     gather_ranges,
-    sorted_unique,
-    unique_ids,
 )
 
 PARTITION_BITS = MAX_PARTITION.bit_length()
@@ -190,6 +194,7 @@ class LineageIndex:
         self._forward.cache.limit = 2 * eighth
         self._deferred = DeferredResolver(self, cache_bytes - 7 * eighth)
         self._infos: dict[str, RunInfo] = {}
+        self._scan_rows = ScanRows()  # DataFrame scan rows, re-read from their files
 
     @property
     def caches(self) -> tuple[ByteLRU, ...]:
@@ -398,12 +403,31 @@ class LineageIndex:
                     else:
                         hi = mid - 1
                 return base + lo
+        return self._scan_record_at(run, path, offset)
+
+    # -- DataFrame scans: rows named by position, not stored one by one -----------------------
+
+    def _scans(self, run: str) -> dict[int, dict]:
+        desc = self.run_info(run).descriptor or {}
+        return {
+            c["cp"]: scan
+            for c in desc.get("capture_points", [])
+            if (scan := scan_of(c)) is not None
+        }
+
+    def _scan_record_at(self, run: str, path: str, offset: int) -> int | None:
+        for cp, scan in self._scans(run).items():
+            hit = self._scan_rows.position_of((run, cp), scan, path, offset)
+            if hit is not None:
+                return pack_record_id(cp, hit[0], hit[1])
         return None
 
     def newest_run_with(self, record_id: int) -> str | None:
         """The newest run that stores this record (None if no run does)."""
         for candidate in reversed(self.runs()):
-            if self.event_ids(candidate, np.array([record_id]))[0]:
+            if self.event_ids(candidate, np.array([record_id]))[0] or self.is_scan_row(
+                candidate, record_id
+            ):
                 return candidate
         return None
 
@@ -419,6 +443,30 @@ class LineageIndex:
             if rid is not None:
                 return candidate, rid
         return None
+
+    def is_scan_row(self, run: str, record_id: int) -> bool:
+        """Whether `record_id` names a row of one of the run's DataFrame file scans (such
+        rows are re-read from their files, not stored)."""
+        cp, part, pos = unpack_record_id(record_id)
+        scan = self._scans(run).get(cp)
+        if scan is None or part >= len(scan["partitions"]):
+            return False
+        return pos < self._scan_rows.count((run, cp), scan, part)
+
+    def _scan_data(self, run: str, ids: list[int]) -> dict[int, object]:
+        scans = self._scans(run)
+        out: dict[int, object] = {}
+        if not scans:
+            return out
+        arr = np.asarray(ids, dtype=np.int64)
+        cps, parts, poss = unpack_record_ids(arr)
+        for cp, scan in scans.items():
+            sel = cps == cp
+            for part in np.unique(parts[sel]).tolist():
+                m = sel & (parts == part)
+                data = self._scan_rows.data((run, cp), scan, part, poss[m])
+                out.update(zip(arr[m].tolist(), data))
+        return out
 
     def _location(self, run: str, record_id: int) -> Location | None:
         (ev,) = self.events(run, np.array([record_id], dtype=np.int64))
@@ -516,15 +564,78 @@ class LineageIndex:
                     out.append(_rows(_exact(sl, run), local))
         return unique_ids(out)
 
+    def parent_pairs(self, run: str, record_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The backward hop's edges: (child, parent) arrays, one entry per stored association
+        of the given records (a graph needs the edges, not only the parents)."""
+        self.refresh()
+        ids = as_set(np.asarray(record_ids, dtype=np.int64))
+        deferred = self._deferred_cps(run)
+        kids, pars = [], []
+        for base, loc, positions in self._group(run, ids):
+            info = deferred.get(loc.cp)
+            if info is not None:
+                rows = self._deferred.rows(run, info, loc.partition, loc, positions)
+                kids.append(np.repeat(base + positions, [len(r) for r in rows]))
+                pars.append(np.concatenate(rows) if rows else EMPTY)
+                continue
+            evs = loc.first_event_id + positions - loc.pos_start
+            for sl, local in self._slices_for(loc, evs):
+                if sl.parents is None:
+                    continue
+                lo, hi = _exact(sl, run).starts[local], sl.starts[local + 1]
+                first = base + loc.pos_start + (sl.first_id - loc.first_event_id)
+                kids.append(np.repeat(first + local, hi - lo))
+                pars.append(gather_ranges(sl.parents, lo, hi))
+        return _pairs(kids, pars)
+
+    def parent_counts(self, run: str, cp: int) -> dict[int, int]:
+        """Associations of `cp`'s records by their parents' capture point (a join or a union
+        has several); read from the batches unless the descriptor names a single parent."""
+        info = self.run_info(run)
+        c = info.capture_points.get(cp)
+        if c is None:
+            raise NotFound(f"run {run} has no capture point {cp}")
+        if info.descriptor is not None and len(c.parents) == 1:
+            return {c.parents[0]: c.associations}
+        flats = [
+            self.batch_parents(loc)[1]
+            for part in self.partitions(run, cp)
+            for loc in self.locs(run, cp, part)
+        ]
+        if not flats:
+            return {}
+        cps, _, counts = group_ids(unpack_record_ids(np.concatenate(flats))[0])
+        return dict(zip(cps.tolist(), counts.tolist()))
+
     def children(self, run: str, record_ids: np.ndarray, info: RunInfo | None = None) -> np.ndarray:
         """The distinct records that have any of these records as a parent (forward hop),
         ascending. Reads, per log, only the forward index blocks that hold the answer."""
+        return unique_ids([kids for _pars, kids in self._forward_edges(run, record_ids, info)])
+
+    def child_pairs(
+        self, run: str, record_ids: np.ndarray, info: RunInfo | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The forward hop's edges: (parent, child) arrays, one entry per association from one
+        of the given records to a stored child (a graph needs the edges, not only the
+        children)."""
+        edges = self._forward_edges(run, record_ids, info, pairs=True)
+        return _pairs([p for p, _ in edges if p is not None], [k for _, k in edges])
+
+    def _forward_edges(
+        self,
+        run: str,
+        record_ids: np.ndarray,
+        info: RunInfo | None = None,
+        pairs: bool = False,
+    ) -> list[tuple[np.ndarray | None, np.ndarray]]:
+        """(parents, children) chunks of the forward hop from `record_ids`; parents aligned
+        with children when `pairs`, else None (children only, possibly repeated)."""
         self.refresh()
         ids = as_set(np.asarray(record_ids, dtype=np.int64))
         if not len(ids):
-            return ids
+            return []
         info = info or self.run_info(run)
-        out = []
+        out: list[tuple[np.ndarray | None, np.ndarray]] = []
         for cp, mine in _by_capture_point(ids):
             parts = set(((mine >> POSITION_BITS) & MAX_PARTITION).tolist())
             by_log: dict[int, dict[int, tuple[int, int, BatchLoc]]] = {}
@@ -532,7 +643,7 @@ class LineageIndex:
                 for child in self._child_cps(info, cp):
                     c = info.capture_points.get(child)
                     if c is not None and c.deferred and int(c.deferred["input"]) == cp:
-                        out.append(self._deferred.children(run, c, mine))
+                        out.append(self._deferred.child_edges(run, c, mine, pairs))
                         continue
                     narrow = c is not None and c.dependency == "narrow"
                     for part in self.partitions(run, child):
@@ -546,17 +657,18 @@ class LineageIndex:
                                     loc,
                                 )
             for log_first, allowed in by_log.items():
-                out.extend(self._children_from_log(run, log_first, allowed, mine))
-        return unique_ids(out)
+                out.extend(self._edges_from_log(run, log_first, allowed, mine, pairs))
+        return out
 
-    def _children_from_log(
+    def _edges_from_log(
         self,
         run: str,
         log_first: int,
         allowed: dict[int, tuple[int, int, BatchLoc]],
         parents: np.ndarray,
-    ) -> list[np.ndarray]:
-        """Children of `parents` among the `allowed` batches of one log: through its forward
+        pairs: bool,
+    ) -> list[tuple[np.ndarray | None, np.ndarray]]:
+        """Edges from `parents` into the `allowed` batches of one log: through its forward
         index, or by scanning those batches when the index cannot be used."""
         ff = self._forward.file(log_first)
         if ff is not None and not set(allowed).isdisjoint(ff.directory.deferred):
@@ -566,8 +678,10 @@ class LineageIndex:
                 break
             try:
                 return [
-                    record_id_base(child, part) + loc.pos_start + idx
-                    for first, idx in ff.children(parents, set(allowed), self._forward.block)
+                    (pars, record_id_base(child, part) + loc.pos_start + idx)
+                    for first, idx, pars in ff.children(
+                        parents, set(allowed), self._forward.block, pairs
+                    )
                     for child, part, loc in [allowed[first]]
                 ]
             except ForwardError as e:  # damaged block: rebuilt (owner) or not used again
@@ -575,8 +689,7 @@ class LineageIndex:
             except FileNotFoundError:
                 return []  # the log was aged off meanwhile
         return [
-            self._children_in(run, child, part, loc, parents)
-            for child, part, loc in allowed.values()
+            self._children_in(child, part, loc, parents) for child, part, loc in allowed.values()
         ]
 
     def trace(
@@ -680,7 +793,7 @@ class LineageIndex:
             base = record_id_base(cp, part)
             for loc in self.locs(run, cp, part):
                 starts, flat = self.batch_parents(loc)
-                hit = np.flatnonzero(np.isin(flat, parents))
+                hit = np.flatnonzero(isin_sorted(flat, parents))
                 if not len(hit):
                     continue
                 rec = np.searchsorted(starts, hit, side="right") - 1
@@ -697,23 +810,23 @@ class LineageIndex:
         # No descriptor: any other capture point of the run may refer to this one.
         return [c for c in info.capture_points if c != cp]
 
-    def _children_in(self, run, cp, part, loc: BatchLoc, parents: np.ndarray) -> np.ndarray:
-        """Children of `parents` in one batch by scanning its parents (the forward index's
-        fallback when it cannot be used)."""
+    def _children_in(
+        self, cp: int, part: int, loc: BatchLoc, parents: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """(parent, child) for each association of one batch to one of `parents` (ascending),
+        by scanning the batch's parents (the forward index's fallback)."""
         starts, flat = self.batch_parents(loc)
         if not len(flat):
-            return EMPTY
+            return flat, flat
         if len(parents) <= 8:  # a few ids: equality passes beat isin's sort
             mask = flat == parents[0]
             for p in parents[1:]:
                 mask |= flat == p
         else:
-            mask = np.isin(flat, parents)
+            mask = isin_sorted(flat, parents)
         hit = np.flatnonzero(mask)
-        if not len(hit):
-            return EMPTY
-        rec = sorted_unique(np.searchsorted(starts, hit, side="right") - 1)
-        return record_id_base(cp, part) + loc.pos_start + rec
+        rec = np.searchsorted(starts, hit, side="right") - 1
+        return flat[hit], record_id_base(cp, part) + loc.pos_start + rec
 
     def batch_parents(self, loc: BatchLoc) -> tuple[np.ndarray, np.ndarray]:
         """A whole batch's CSR parents as two arrays (for scans), cached within the budget."""
@@ -870,6 +983,10 @@ class LineageIndex:
         for uri, todo in reads.items():  # one open per file, reads in offset order
             for rid, text in zip((t[2] for t in sorted(todo)), read_ranges(uri, sorted(todo))):
                 out[rid] = text
+        if len(out) < len(ids) and self._scans(run):  # DataFrame scan rows: from their files
+            missing = [r for r in unique_ids(ids).tolist() if r not in out]
+            if missing:
+                out.update(self._scan_data(run, missing))
         return [out.get(int(r)) for r in ids]
 
 
@@ -879,6 +996,15 @@ def _value(values: bytes, voffs: np.ndarray, li: int) -> Any:
         return pickle.loads(raw)
     except Exception:  # a value that cannot be rebuilt here is shown as its bytes
         return raw
+
+
+def _pairs(a: list[np.ndarray], b: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    if not b:
+        return EMPTY, EMPTY.copy()
+    return (
+        np.concatenate(a).astype(np.int64, copy=False),
+        np.concatenate(b).astype(np.int64, copy=False),
+    )
 
 
 def _line_groups(

@@ -3,9 +3,11 @@ HadoopLineageRDD named them, so traces and culprits show the line itself."""
 
 from __future__ import annotations
 
+import json
 import mmap
 import os
 from collections.abc import Sequence
+from typing import Any
 from urllib.parse import urlparse
 
 
@@ -59,3 +61,13 @@ def read_in_groups(
 def read_range(uri: str, offset: int, length: int) -> str | None:
     """The bytes of one record in a local/shared file, decoded, without its line terminator."""
     return read_ranges(uri, [(offset, length)])[0]
+
+
+def jsonable(value: Any) -> Any:
+    """A record's raw data as JSON carries it: the value itself when JSON can hold it (text
+    lines, numbers, lists), otherwise its repr (tuples of bytes, objects)."""
+    try:
+        json.dumps(value)
+        return value
+    except (TypeError, ValueError):
+        return repr(value)

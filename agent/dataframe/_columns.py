@@ -1,0 +1,154 @@
+"""Hidden lineage columns: what a captured DataFrame carries beside the user's columns.
+
+A row's lineage is the set of source rows it was made from (which-provenance). It rides in
+hidden columns named `__prov_<n>`, of two kinds:
+
+- a *long* column holds one record id (a scan row, or null: an outer join's missing side);
+  every source starts one, and row-at-a-time operators (select, filter, joins) just carry
+  them, so a join of k sources carries k longs and costs k int64s per row;
+- an *array* column holds a set of record ids: what an aggregate collects for a group
+  (`collect_list` of each long, `flatten` of each array), concatenated into one array.
+
+The driver unions a row's longs and arrays into its parents when an action returns it.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from journals import MAX_PARTITION, MAX_POSITION
+
+PREFIX = "__prov_"
+_counter = itertools.count(1)
+
+POSITION_BITS = MAX_POSITION.bit_length()
+CP_SHIFT = MAX_PARTITION.bit_length() + POSITION_BITS
+MONO_PARTITION_SHIFT = 33  # monotonically_increasing_id: partition << 33 | row in partition
+
+
+def fresh(kind: str = "") -> str:
+    """A new hidden column name, unique in this process."""
+    return f"{PREFIX}{kind}{next(_counter)}"
+
+
+def is_hidden(name: str) -> bool:
+    return name.startswith(PREFIX)
+
+
+@dataclass(frozen=True)
+class Lineage:
+    """The hidden columns of a captured DataFrame and the capture points their ids name."""
+
+    longs: tuple[str, ...] = ()
+    arrays: tuple[str, ...] = ()
+    cps: frozenset[int] = field(default_factory=frozenset)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return self.longs + self.arrays
+
+    def __bool__(self) -> bool:
+        return bool(self.longs or self.arrays)
+
+    def renamed(self, mapping: dict[str, str]) -> Lineage:
+        return Lineage(
+            tuple(mapping.get(n, n) for n in self.longs),
+            tuple(mapping.get(n, n) for n in self.arrays),
+            self.cps,
+        )
+
+    def merged(self, other: Lineage) -> Lineage:
+        """Both sides' columns (a join's or a union's; names must not clash)."""
+        longs = self.longs + tuple(n for n in other.longs if n not in self.longs)
+        arrays = self.arrays + tuple(n for n in other.arrays if n not in self.arrays)
+        return Lineage(longs, arrays, self.cps | other.cps)
+
+    def types(self) -> dict[str, str]:
+        return {
+            **dict.fromkeys(self.longs, "bigint"),
+            **dict.fromkeys(self.arrays, "array<bigint>"),
+        }
+
+
+def scan_id(F: Any, cp: int) -> Any:
+    """The record id (cp, scan partition, row in partition) of each row, as a Column. It
+    must be projected directly over the scan: there `monotonically_increasing_id()` is
+    (scan partition << 33) + row index, deterministic for a file scan."""
+    m = F.monotonically_increasing_id()
+    part = F.shiftleft(F.shiftright(m, MONO_PARTITION_SHIFT), POSITION_BITS)
+    row = m.bitwiseAND(F.lit((1 << MONO_PARTITION_SHIFT) - 1))
+    return F.lit(cp << CP_SHIFT).bitwiseOR(part).bitwiseOR(row)
+
+
+def collected(F: Any, lin: Lineage) -> Any:
+    """An aggregate expression: every id of the group's rows, as one array."""
+    parts = [F.collect_list(F.col(n)) for n in lin.longs]
+    parts += [F.flatten(F.collect_list(F.col(n))) for n in lin.arrays]
+    if not parts:
+        return F.array().cast("array<bigint>")
+    return parts[0] if len(parts) == 1 else F.concat(*parts)
+
+
+def all_ids(F: Any, lin: Lineage) -> Any:
+    """One array column of a row's ids (its longs that are not null, its arrays' elements)."""
+    empty = F.array().cast("array<bigint>")
+    parts = []
+    if lin.longs:
+        parts.append(F.array_compact(F.array(*[F.col(n) for n in lin.longs])))
+    parts += [F.coalesce(F.col(n), empty) for n in lin.arrays]
+    if not parts:
+        return empty
+    return parts[0] if len(parts) == 1 else F.concat(*parts)
+
+
+def null_of(F: Any, kind: str) -> Any:
+    return F.lit(None).cast(kind)
+
+
+def parents_of(rows_hidden: list[list[Any]], lin: Lineage) -> tuple[np.ndarray, np.ndarray]:
+    """CSR (counts, ids) of each row's parents: its longs and array elements, deduplicated
+    and sorted. `rows_hidden[k]` holds row k's hidden values in `lin.names` order."""
+    n = len(rows_hidden)
+    nl = len(lin.longs)
+    rows_idx: list[np.ndarray] = []
+    ids: list[np.ndarray] = []
+    if nl and n:
+        longs = np.array(
+            [[-1 if v is None else v for v in r[:nl]] for r in rows_hidden], dtype=np.int64
+        ).reshape(n, nl)
+        r, c = np.nonzero(longs >= 0)
+        rows_idx.append(r.astype(np.int64))
+        ids.append(longs[r, c])
+    for j in range(nl, nl + len(lin.arrays)):
+        lens = np.fromiter(
+            (len(r[j]) if r[j] is not None else 0 for r in rows_hidden), dtype=np.int64, count=n
+        )
+        total = int(lens.sum())
+        if total:
+            flat = np.fromiter(
+                itertools.chain.from_iterable(r[j] for r in rows_hidden if r[j] is not None),
+                dtype=np.int64,
+                count=total,
+            )
+            rows_idx.append(np.repeat(np.arange(n, dtype=np.int64), lens))
+            ids.append(flat)
+    return csr(n, rows_idx, ids)
+
+
+def csr(n: int, rows_idx: list[np.ndarray], ids: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Per-row sorted distinct ids as CSR, from (row, id) pairs."""
+    if not ids:
+        return np.zeros(n, dtype=np.int64), np.array([], dtype=np.int64)
+    r = np.concatenate(rows_idx)
+    v = np.concatenate(ids)
+    order = np.lexsort((v, r))
+    r, v = r[order], v[order]
+    keep = np.ones(len(v), dtype=bool)
+    keep[1:] = (r[1:] != r[:-1]) | (v[1:] != v[:-1])
+    r, v = r[keep], v[keep]
+    counts = np.bincount(r, minlength=n).astype(np.int64)
+    return counts, v

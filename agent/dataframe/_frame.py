@@ -1,0 +1,562 @@
+"""`LineageDataFrame`: a PySpark DataFrame that carries its rows' lineage in hidden columns.
+
+Every supported DataFrame method is applied to the underlying DataFrame with the hidden
+columns kept (see `_columns`); the user sees the same columns, rows and results as vanilla
+PySpark. Anything not wrapped here raises `UnsupportedOperation` naming it, rather than
+silently losing lineage.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
+
+from pyspark.sql import Column
+from pyspark.sql import functions as F
+
+from .._rdd import UnsupportedOperation
+from . import _windows
+from ._columns import Lineage, all_ids, collected, fresh, is_hidden, null_of
+from ._udf import CURRENT, uses_current
+
+if TYPE_CHECKING:
+    from .._spec import CapturePoint
+    from .._trace import LineageRDD
+    from ._session import FrameAgent
+
+# DataFrame methods that return something other than a DataFrame and touch no rows.
+_PASSTHROUGH = (
+    "explain",
+    "isStreaming",
+    "isLocal",
+    "storageLevel",
+    "sparkSession",
+    "inputFiles",
+    "semanticHash",
+    "sameSemantics",
+)
+
+_JOIN_HOWS = {
+    "inner": "inner",
+    "cross": "cross",
+    "outer": "full",
+    "full": "full",
+    "fullouter": "full",
+    "full_outer": "full",
+    "left": "left",
+    "leftouter": "left",
+    "left_outer": "left",
+    "right": "right",
+    "rightouter": "right",
+    "right_outer": "right",
+    "semi": "semi",
+    "leftsemi": "semi",
+    "left_semi": "semi",
+    "anti": "anti",
+    "leftanti": "anti",
+    "left_anti": "anti",
+}
+
+
+def quoted(name: str) -> Column:
+    return F.col("`" + name.replace("`", "``") + "`")
+
+
+def _flat(cols: tuple) -> list:
+    if len(cols) == 1 and isinstance(cols[0], list | tuple):
+        return list(cols[0])
+    return list(cols)
+
+
+class LineageDataFrame:
+    """A captured DataFrame. Transformations return LineageDataFrames; actions return what
+    PySpark returns and record their output rows' lineage; `lineage()` traces them."""
+
+    def __init__(self, agent: FrameAgent, df: Any, lin: Lineage, name: str = "") -> None:
+        self._agent = agent
+        self._df = df
+        self._lin = lin
+        self._name = name or agent.plumbing.node_name("dataframe")
+        self._columns: list[str] | None = None
+        self.last_output: CapturePoint | None = None
+
+    # -- plumbing ----------------------------------------------------------------------------
+
+    def _new(self, df: Any, lin: Lineage | None = None) -> LineageDataFrame:
+        return LineageDataFrame(self._agent, df, self._lin if lin is None else lin)
+
+    @property
+    def _all_columns(self) -> list[str]:
+        if self._columns is None:
+            self._columns = list(self._df.columns)
+        return self._columns
+
+    @property
+    def dataframe(self) -> Any:
+        """The underlying PySpark DataFrame, hidden lineage columns included."""
+        return self._df
+
+    @property
+    def lineage_columns(self) -> Lineage:
+        return self._lin
+
+    def _src(self, *cols: Any) -> Any:
+        """The underlying DataFrame, plus the row's ids as `__prov_cur` when one of `cols`
+        calls a captured UDF (its hidden last argument)."""
+        if self._lin and uses_current(cols):
+            return self._df.withColumn(CURRENT, all_ids(F, self._lin))
+        return self._df
+
+    def _visible_df(self) -> Any:
+        """The same rows without the hidden columns (what vanilla PySpark would hold)."""
+        if not self._lin:
+            return self._df
+        return self._df.select(*[quoted(c) for c in self.columns])
+
+    # -- schema ------------------------------------------------------------------------------
+
+    @property
+    def columns(self) -> list[str]:
+        return [c for c in self._all_columns if not is_hidden(c)]
+
+    @property
+    def schema(self) -> Any:
+        if not self._lin:
+            return self._df.schema
+        from pyspark.sql.types import StructType
+
+        return StructType([f for f in self._df.schema.fields if not is_hidden(f.name)])
+
+    @property
+    def dtypes(self) -> list[tuple[str, str]]:
+        return [(n, t) for n, t in self._df.dtypes if not is_hidden(n)]
+
+    def printSchema(self, level: int | None = None) -> None:
+        self._visible_df().printSchema(level)
+
+    def __getitem__(self, item: Any) -> Any:
+        if isinstance(item, str):
+            return self._df[item]
+        if isinstance(item, Column):
+            return self.filter(item)
+        if isinstance(item, list | tuple):
+            return self.select(*item)
+        if isinstance(item, int):
+            return self._df[self.columns[item]]
+        raise TypeError(f"unexpected item type: {type(item).__name__}")
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        from pyspark.sql import DataFrame
+
+        if name in _PASSTHROUGH:
+            return getattr(self._df, name)
+        if hasattr(DataFrame, name):
+            raise UnsupportedOperation(
+                f"DataFrame.{name} is not supported with lineage capture (it would lose "
+                "record-level lineage); see README, Capturing lineage from DataFrames and SQL"
+            )
+        if name in self.columns:
+            return self._df[name]
+        raise AttributeError(f"'LineageDataFrame' object has no attribute {name!r}")
+
+    def __repr__(self) -> str:
+        cols = ", ".join(f"{n}: {t}" for n, t in self.dtypes)
+        return f"LineageDataFrame[{cols}]"
+
+    # -- row-preserving ----------------------------------------------------------------------
+
+    def select(self, *cols: Any) -> LineageDataFrame:
+        cols = tuple(_flat(cols))
+        src = self._src(*cols)
+        if not self._lin:
+            return self._new(src.select(*cols))
+        cols, extra = _windows.with_frames(self, cols)
+        base = src.select(*cols)
+        names = set(base.columns)
+        missing = [quoted(h) for h in self._lin.names if h not in names]
+        if missing or extra:
+            try:
+                base = src.select(*cols, *[e.column for e in extra], *missing)
+                base.columns  # noqa: B018 - analyze now (Spark Connect analyzes lazily)
+            except Exception as e:
+                # select(sum(x)) is a global aggregate: it cannot also carry row columns.
+                if "MISSING_GROUP_BY" in str(e) or "MISSING_AGGREGATION" in str(e):
+                    return self.agg(*cols)
+                raise
+        if CURRENT in names:  # a star took it along
+            base = base.drop(CURRENT)
+        return self._windowed(base, extra)
+
+    def selectExpr(self, *exprs: Any) -> LineageDataFrame:
+        return self.select(*[F.expr(e) if isinstance(e, str) else e for e in _flat(exprs)])
+
+    def withColumn(self, colName: str, col: Column) -> LineageDataFrame:
+        return self.withColumns({colName: col})
+
+    def withColumns(self, *colsMap: dict) -> LineageDataFrame:
+        mapping = dict(colsMap[0]) if colsMap else {}
+        if not self._lin:
+            return self._new(self._df.withColumns(mapping))
+        names = list(mapping)
+        cols, extra = _windows.with_frames(self, tuple(mapping[n] for n in names))
+        src = self._src(*cols)
+        out = src.withColumns({**dict(zip(names, cols)), **{e.name: e.column for e in extra}})
+        if src is not self._df:
+            out = out.drop(CURRENT)
+        return self._windowed(out, extra)
+
+    def _windowed(self, df: Any, extra: list[_windows.Extra]) -> LineageDataFrame:
+        if not extra:
+            return self._new(df)
+        # A window function's extra lineage (its frame, or lag/lead's other row) rides as
+        # new columns: arrays for frames, longs for offset rows.
+        lin = self._lin
+        longs = lin.longs + tuple(c.name for c in extra if c.kind == "long")
+        arrays = lin.arrays + tuple(c.name for c in extra if c.kind == "array")
+        return self._new(df, Lineage(longs, arrays, lin.cps))
+
+    def withColumnRenamed(self, existing: str, new: str) -> LineageDataFrame:
+        return self._new(self._df.withColumnRenamed(existing, new))
+
+    def withColumnsRenamed(self, colsMap: dict[str, str]) -> LineageDataFrame:
+        return self._new(self._df.withColumnsRenamed(colsMap))
+
+    def drop(self, *cols: Any) -> LineageDataFrame:
+        return self._new(self._df.drop(*cols))
+
+    def toDF(self, *cols: str) -> LineageDataFrame:
+        names = list(cols)
+        if len(names) != len(self.columns):
+            # Let PySpark raise its own error for the visible shape.
+            self._visible_df().toDF(*names)
+        it = iter(names)
+        return self._new(
+            self._df.toDF(*[c if is_hidden(c) else next(it) for c in self._all_columns])
+        )
+
+    def alias(self, alias: str) -> LineageDataFrame:
+        return self._new(self._df.alias(alias))
+
+    def filter(self, condition: Any) -> LineageDataFrame:
+        src = self._src(condition)
+        out = src.filter(condition)
+        return self._new(out if src is self._df else out.drop(CURRENT))
+
+    where = filter
+
+    def orderBy(self, *cols: Any, **kwargs: Any) -> LineageDataFrame:
+        order = self._ordinals(_flat(cols), sort=True)
+        src = self._src(*order)
+        out = src.orderBy(*order, **kwargs)
+        return self._new(out if src is self._df else out.drop(CURRENT))
+
+    sort = orderBy
+
+    def sortWithinPartitions(self, *cols: Any, **kwargs: Any) -> LineageDataFrame:
+        order = self._ordinals(_flat(cols), sort=True)
+        return self._new(self._df.sortWithinPartitions(*order, **kwargs))
+
+    def _ordinals(self, cols: list, sort: bool = False) -> list:
+        """Integer column ordinals (1-based; negative: descending) name visible columns:
+        the hidden ones must not shift them."""
+        out: list[Any] = []
+        for c in cols:
+            if isinstance(c, int) and not isinstance(c, bool):
+                if c == 0 or abs(c) > len(self.columns):
+                    out.append(c)  # PySpark's own error
+                    continue
+                col = quoted(self.columns[abs(c) - 1])
+                out.append(col.desc() if (sort and c < 0) else col)
+            else:
+                out.append(c)
+        return out
+
+    def limit(self, num: int) -> LineageDataFrame:
+        return self._new(self._df.limit(num))
+
+    def offset(self, num: int) -> LineageDataFrame:
+        return self._new(self._df.offset(num))
+
+    def sample(self, *args: Any, **kwargs: Any) -> LineageDataFrame:
+        return self._new(self._df.sample(*args, **kwargs))
+
+    def repartition(self, *args: Any, **kwargs: Any) -> LineageDataFrame:
+        return self._new(self._df.repartition(*args, **kwargs))
+
+    def repartitionByRange(self, *args: Any, **kwargs: Any) -> LineageDataFrame:
+        return self._new(self._df.repartitionByRange(*args, **kwargs))
+
+    def coalesce(self, numPartitions: int) -> LineageDataFrame:
+        return self._new(self._df.coalesce(numPartitions))
+
+    def hint(self, name: str, *parameters: Any) -> LineageDataFrame:
+        return self._new(self._df.hint(name, *parameters))
+
+    def cache(self) -> LineageDataFrame:
+        self._df.cache()
+        return self
+
+    def persist(self, *args: Any, **kwargs: Any) -> LineageDataFrame:
+        self._df.persist(*args, **kwargs)
+        return self
+
+    def unpersist(self, blocking: bool = False) -> LineageDataFrame:
+        self._df.unpersist(blocking)
+        return self
+
+    def transform(self, func: Callable, *args: Any, **kwargs: Any) -> Any:
+        return func(self, *args, **kwargs)
+
+    def dropna(self, how: str = "any", thresh: int | None = None, subset: Any = None) -> Any:
+        subset = self.columns if subset is None else subset
+        return self._new(self._df.dropna(how, thresh, subset))
+
+    def fillna(self, value: Any, subset: Any = None) -> LineageDataFrame:
+        if isinstance(value, dict):
+            return self._new(self._df.fillna(value))
+        subset = self.columns if subset is None else subset
+        return self._new(self._df.fillna(value, subset))
+
+    def replace(self, to_replace: Any, value: Any = None, subset: Any = None) -> Any:
+        subset = self.columns if subset is None else subset
+        if isinstance(to_replace, dict):
+            return self._new(self._df.replace(to_replace, subset=subset))
+        return self._new(self._df.replace(to_replace, value, subset))
+
+    @property
+    def na(self) -> _NaFunctions:
+        return _NaFunctions(self)
+
+    # -- joins and set operations ------------------------------------------------------------
+
+    def join(self, other: Any, on: Any = None, how: str | None = None) -> LineageDataFrame:
+        other = self._agent.frame_of(other, "join")
+        kind = _JOIN_HOWS.get((how or "inner").lower().replace(" ", ""))
+        if kind is None:
+            return self._new(self._df.join(other._df, on, how))  # PySpark's own error
+        if not self._lin and not other._lin:
+            return self._new(self._df.join(other._df, on, how))
+        right, rlin = other._df, other._lin
+        clash = {n: fresh() for n in rlin.names if n in self._lin.names}
+        if clash:
+            right, rlin = right.withColumnsRenamed(clash), rlin.renamed(clash)
+        if kind == "anti":
+            return self._new(self._df.join(right, on, how))
+        if kind == "semi":
+            return self._semi_join(right, rlin, on)
+        return self._new(self._df.join(right, on, how), self._lin.merged(rlin))
+
+    def _semi_join(self, right: Any, rlin: Lineage, on: Any) -> LineageDataFrame:
+        """Left rows with a match; lineage: the left row and every matching right row."""
+        matched = fresh()
+        lin = Lineage(self._lin.longs, (*self._lin.arrays, matched), self._lin.cps | rlin.cps)
+        keys = [on] if isinstance(on, str) else on
+        if isinstance(keys, list | tuple) and keys and all(isinstance(k, str) for k in keys):
+            # Equi-join on names: group the right side by the key (one row per key, its
+            # rows' ids), so an inner join keeps each matching left row once.
+            grouped = right.groupBy(*keys).agg(collected(F, rlin).alias(matched))
+            joined = self._df.join(grouped, list(keys), "inner")
+            return self._new(joined.select(*[quoted(c) for c in self._all_columns], matched), lin)
+        # A condition: number the left rows, join, and gather each left row's matches.
+        rowkey = fresh("rk")
+        left = self._df.withColumn(rowkey, F.monotonically_increasing_id())
+        joined = left.join(right, on, "inner")
+        firsts = [F.first(left[c]).alias(c) for c in self._all_columns]
+        out = joined.groupBy(rowkey).agg(*firsts, collected(F, rlin).alias(matched))
+        return self._new(out.select(*[quoted(c) for c in self._all_columns], matched), lin)
+
+    def crossJoin(self, other: Any) -> LineageDataFrame:
+        other = self._agent.frame_of(other, "crossJoin")
+        right, rlin = other._df, other._lin
+        clash = {n: fresh() for n in rlin.names if n in self._lin.names}
+        if clash:
+            right, rlin = right.withColumnsRenamed(clash), rlin.renamed(clash)
+        return self._new(self._df.crossJoin(right), self._lin.merged(rlin))
+
+    def _aligned(self, lin: Lineage, by_name: bool = False) -> Any:
+        """This frame's rows with visible columns first (in order) and then every hidden
+        column of `lin` (null where this frame has none): both sides of a union alike."""
+        types = lin.types()
+        hidden = [
+            quoted(n) if n in self._lin.names else null_of(F, types[n]).alias(n) for n in lin.names
+        ]
+        return self._df.select(*[quoted(c) for c in self.columns], *hidden)
+
+    def union(self, other: Any) -> LineageDataFrame:
+        other = self._agent.frame_of(other, "union")
+        if not self._lin and not other._lin:
+            return self._new(self._df.union(other._df))
+        lin = self._lin.merged(other._lin)
+        return self._new(self._aligned(lin).union(other._aligned(lin)), lin)
+
+    unionAll = union
+
+    def unionByName(self, other: Any, allowMissingColumns: bool = False) -> LineageDataFrame:
+        other = self._agent.frame_of(other, "unionByName")
+        if not self._lin and not other._lin:
+            return self._new(self._df.unionByName(other._df, allowMissingColumns))
+        lin = self._lin.merged(other._lin)
+        return self._new(
+            self._aligned(lin).unionByName(other._aligned(lin), allowMissingColumns), lin
+        )
+
+    # -- aggregation -------------------------------------------------------------------------
+
+    def groupBy(self, *cols: Any) -> LineageGroupedData:
+        return LineageGroupedData(self, "groupBy", self._ordinals(_flat(cols)))
+
+    groupby = groupBy
+
+    def rollup(self, *cols: Any) -> LineageGroupedData:
+        return LineageGroupedData(self, "rollup", self._ordinals(_flat(cols)))
+
+    def cube(self, *cols: Any) -> LineageGroupedData:
+        return LineageGroupedData(self, "cube", self._ordinals(_flat(cols)))
+
+    def agg(self, *exprs: Any) -> LineageDataFrame:
+        return self.groupBy().agg(*exprs)
+
+    def distinct(self) -> LineageDataFrame:
+        if not self._lin:
+            return self._new(self._df.distinct())
+        return self.groupBy(*[quoted(c) for c in self.columns]).agg()
+
+    def dropDuplicates(self, subset: list[str] | None = None) -> LineageDataFrame:
+        if not self._lin:
+            return self._new(self._df.dropDuplicates(subset))
+        if subset is None:
+            return self.distinct()
+        if isinstance(subset, str):
+            subset = [subset]
+        keys = list(dict.fromkeys(subset))
+        for k in keys:
+            if k not in self.columns:
+                self._visible_df().dropDuplicates(keys)  # PySpark's own error
+        # As Spark plans it: group by the subset, first() of every other column.
+        others = [F.first(quoted(c)).alias(c) for c in self.columns if c not in keys]
+        grouped = self.groupBy(*keys).agg(*others)
+        return grouped.select(*[quoted(c) for c in self.columns])
+
+    drop_duplicates = dropDuplicates
+
+    # -- views -------------------------------------------------------------------------------
+
+    def createOrReplaceTempView(self, name: str) -> None:
+        self._agent.register_view(name, self, replace=True)
+
+    def createTempView(self, name: str) -> None:
+        self._agent.register_view(name, self, replace=False)
+
+    # -- actions -----------------------------------------------------------------------------
+
+    def collect(self) -> list:
+        return self._agent.outputs.collect(self)
+
+    def take(self, num: int) -> list:
+        return self._agent.outputs.collect(self.limit(num), action="take", origin=self)
+
+    def head(self, n: int | None = None) -> Any:
+        if n is None:
+            rows = self.take(1)
+            return rows[0] if rows else None
+        return self.take(n)
+
+    def first(self) -> Any:
+        return self.head()
+
+    def count(self) -> int:
+        return self._agent.outputs.count(self)
+
+    def show(self, n: int = 20, truncate: bool | int = True, vertical: bool = False) -> None:
+        self._agent.outputs.show(self, n, truncate, vertical)
+
+    def toPandas(self) -> Any:
+        return self._agent.outputs.to_pandas(self)
+
+    @property
+    def write(self) -> Any:
+        from ._writer import LineageWriter
+
+        return LineageWriter(self)
+
+    def lineage(self) -> LineageRDD:
+        """The output rows of this DataFrame's last action, traceable (`go_back_all()` gives
+        the raw source rows)."""
+        if self.last_output is None:
+            raise ValueError("no action has run on this DataFrame yet (collect, show, ...)")
+        return self._agent.plumbing.lineage_of(self.last_output)
+
+
+class _NaFunctions:
+    def __init__(self, frame: LineageDataFrame) -> None:
+        self._frame = frame
+
+    def drop(self, how: str = "any", thresh: int | None = None, subset: Any = None) -> Any:
+        return self._frame.dropna(how, thresh, subset)
+
+    def fill(self, value: Any, subset: Any = None) -> Any:
+        return self._frame.fillna(value, subset)
+
+    def replace(self, to_replace: Any, value: Any = None, subset: Any = None) -> Any:
+        return self._frame.replace(to_replace, value, subset)
+
+
+_GROUPED_SIMPLE = {"sum": F.sum, "avg": F.avg, "mean": F.avg, "min": F.min, "max": F.max}
+
+
+class LineageGroupedData:
+    """groupBy / rollup / cube: every aggregate also collects its group's lineage."""
+
+    def __init__(self, frame: LineageDataFrame, kind: str, cols: list) -> None:
+        self._frame = frame
+        self._kind = kind
+        self._cols = cols
+
+    def _grouped(self, df: Any) -> Any:
+        return getattr(df, self._kind)(*self._cols)
+
+    def agg(self, *exprs: Any) -> LineageDataFrame:
+        frame = self._frame
+        if len(exprs) == 1 and isinstance(exprs[0], dict):
+            exprs = tuple(
+                F.expr(f"{fn}({'*' if c == '*' else '`' + c.replace('`', '``') + '`'})")
+                for c, fn in exprs[0].items()
+            )
+        exprs = tuple(_flat(exprs))
+        if not frame._lin:
+            return frame._new(self._grouped(frame._df).agg(*exprs))
+        return frame._agent.aggregate(frame, self._kind, self._cols, list(exprs))
+
+    def count(self) -> LineageDataFrame:
+        return self.agg(F.count(F.lit(1)).alias("count"))
+
+    def _simple(self, fn: str, cols: Iterable[str]) -> LineageDataFrame:
+        names = list(cols)
+        if not names:
+            numeric = ("tinyint", "smallint", "int", "bigint", "float", "double")
+            names = [n for n, t in self._frame.dtypes if t in numeric or t.startswith("decimal")]
+        return self.agg(*[_GROUPED_SIMPLE[fn](quoted(c)) for c in names])
+
+    def sum(self, *cols: str) -> LineageDataFrame:
+        return self._simple("sum", cols)
+
+    def avg(self, *cols: str) -> LineageDataFrame:
+        return self._simple("avg", cols)
+
+    mean = avg
+
+    def min(self, *cols: str) -> LineageDataFrame:
+        return self._simple("min", cols)
+
+    def max(self, *cols: str) -> LineageDataFrame:
+        return self._simple("max", cols)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        raise UnsupportedOperation(
+            f"GroupedData.{name} is not supported with lineage capture (it would lose "
+            "record-level lineage)"
+        )

@@ -1,0 +1,322 @@
+"""File scans planned as Spark plans them, so a scan row's id (partition, position) can be
+mapped back to its file and line (or Parquet row group and row) without a Spark job.
+
+Spark (4.x, `FileSourceScanExec.createReadRDD`) lists the leaf files, cuts each splittable
+file into pieces of at most `maxSplitBytes` (`PartitionedFileUtil.splitFiles`), sorts the
+pieces by length, longest first (a stable sort: ties keep listing order), and packs them
+"next fit" into partitions (`FilePartition.getFilePartitions`), re-packing with a larger split
+when `spark.sql.files.maxPartitionNum` is exceeded. This module reproduces those rules; the
+tests compare them with Spark's own layout (`spark_partition_id()`, `_metadata`) over many
+shapes. The result goes into the capture point's descriptor, where the repository reads it to
+re-read source rows by byte offset.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import re
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import unquote, urlparse
+
+from .._splits import UnsupportedInput
+
+_COMPRESSED = (".gz", ".bz2", ".zst", ".zstd", ".lz4", ".snappy", ".deflate", ".xz", ".br")
+_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "m": 1 << 20, "mb": 1 << 20}
+_UNITS |= {"g": 1 << 30, "gb": 1 << 30, "t": 1 << 40, "tb": 1 << 40, "p": 1 << 50, "pb": 1 << 50}
+_BYTES = re.compile(r"^\s*(\d+)\s*([a-zA-Z]*)\s*$")
+
+# Positions and partitions must fit a record id (journals: 18 bits partition, 31 position).
+MAX_SCAN_PARTITIONS = 1 << 18
+MAX_ROWS_PER_PARTITION = 1 << 31
+
+
+def byte_size(text: str) -> int:
+    """A Spark byte string ("134217728b", "128m", "1g") in bytes."""
+    m = _BYTES.match(str(text))
+    if not m or m[2].lower() not in _UNITS:
+        raise ValueError(f"not a byte size: {text!r}")
+    return int(m[1]) * _UNITS[m[2].lower()]
+
+
+@dataclass(frozen=True)
+class ScanConf:
+    """The session settings Spark's file-scan planning reads."""
+
+    max_partition_bytes: int
+    open_cost: int
+    min_partition_num: int
+    max_partition_num: int | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "maxPartitionBytes": self.max_partition_bytes,
+            "openCostInBytes": self.open_cost,
+            "minPartitionNum": self.min_partition_num,
+            "maxPartitionNum": self.max_partition_num,
+        }
+
+
+def scan_conf(spark: Any) -> ScanConf:
+    """The planning settings of `spark` (a classic or Spark Connect session)."""
+
+    def get(key: str) -> str | None:
+        try:
+            value = spark.conf.get(key)
+        except Exception:  # a key with no default that is not set
+            return None
+        return None if value in (None, "", "None") else str(value)
+
+    max_bytes = byte_size(get("spark.sql.files.maxPartitionBytes") or "128m")
+    open_cost = byte_size(get("spark.sql.files.openCostInBytes") or "4m")
+    min_num = get("spark.sql.files.minPartitionNum")
+    if min_num is None:
+        leaf = get("spark.sql.leafNodeDefaultParallelism")
+        min_num = leaf if leaf is not None else str(default_parallelism(spark))
+    max_num = get("spark.sql.files.maxPartitionNum")
+    return ScanConf(max_bytes, open_cost, int(min_num), int(max_num) if max_num else None)
+
+
+def default_parallelism(spark: Any) -> int:
+    """`sparkContext.defaultParallelism`, also under Spark Connect (which has no context):
+    there, from the conf or a `local[N]` master, else by asking a one-row job (range's
+    default slicing is that number)."""
+    try:
+        return int(spark.sparkContext.defaultParallelism)
+    except Exception:  # Spark Connect: no SparkContext
+        pass
+    conf = spark.conf.get("spark.default.parallelism", None)
+    if conf:
+        return int(conf)
+    master = str(spark.conf.get("spark.master", "") or "")
+    m = re.match(r"^local\[(\d+|\*)(?:,\d+)?\]$", master)
+    if m:
+        return os.cpu_count() or 1 if m[1] == "*" else int(m[1])
+    if master == "local":
+        return 1
+    from pyspark.sql import functions as F
+
+    row = spark.range(1 << 20).select(F.max(F.spark_partition_id())).first()
+    return int(row[0]) + 1
+
+
+@dataclass(frozen=True)
+class ScanFile:
+    path: str  # absolute local path
+    size: int
+    mtime_ns: int
+
+
+def local_path(path: str) -> str:
+    if "://" in path or path.startswith("file:"):
+        u = urlparse(path)
+        if u.scheme != "file":
+            raise UnsupportedInput(
+                f"{path!r}: only local or shared-filesystem paths can be captured with row "
+                f"positions; {u.scheme}:// is not supported"
+            )
+        return unquote(u.path)
+    return path
+
+
+def _data_file(name: str) -> bool:
+    # HadoopFSUtils.shouldFilterOutPathName / PartitioningAwareFileIndex.isDataPath
+    return not (name.startswith(("_", ".")) or name.endswith("._COPYING_"))
+
+
+def list_files(paths: list[str], fmt: str) -> list[ScanFile]:
+    """The leaf files Spark reads for `paths`, in Spark's order: paths as given, globs
+    sorted, a directory's entries in directory order (Hadoop's local listStatus is the
+    directory's own order, as os.listdir's). Nested or partitioned directories and compressed
+    files are refused: their rows could not be re-read by position."""
+    out: list[ScanFile] = []
+    for raw in paths:
+        p = os.path.abspath(local_path(raw))
+        matches = sorted(glob.glob(p)) if glob.has_magic(p) else [p]
+        if not matches:
+            raise FileNotFoundError(f"{fmt}: path does not exist: {raw}")
+        for m in matches:
+            if os.path.isdir(m):
+                for name in os.listdir(m):
+                    full = os.path.join(m, name)
+                    if os.path.isdir(full):
+                        raise UnsupportedInput(
+                            f"{fmt}({raw!r}): directory {m} holds a subdirectory ({name}); "
+                            "partitioned or nested directories are not supported with lineage"
+                        )
+                    if _data_file(name):
+                        out.append(_stat(full))
+            elif os.path.isfile(m):
+                out.append(_stat(m))
+            else:
+                raise FileNotFoundError(f"{fmt}: path does not exist: {m}")
+    for f in out:
+        if fmt != "parquet" and f.path.endswith(_COMPRESSED):
+            raise UnsupportedInput(
+                f"{fmt}: compressed input {f.path} has no byte offsets to re-read rows by; "
+                "decompress it first"
+            )
+    return out
+
+
+def _stat(path: str) -> ScanFile:
+    st = os.stat(path)
+    return ScanFile(path, st.st_size, st.st_mtime_ns)
+
+
+def max_split_bytes(files: list[ScanFile], conf: ScanConf) -> int:
+    """FilePartition.maxSplitBytes."""
+    total = sum(f.size + conf.open_cost for f in files)
+    per_core = total // max(conf.min_partition_num, 1)
+    return min(conf.max_partition_bytes, max(conf.open_cost, per_core))
+
+
+Piece = tuple[int, int, int]  # (file index, start, length)
+
+
+def plan_partitions(
+    files: list[ScanFile], conf: ScanConf, splittable: bool = True
+) -> list[list[Piece]]:
+    """The scan's partitions, each a list of (file index, start, length) pieces in read
+    order, as Spark plans a non-bucketed file scan."""
+    split = max_split_bytes(files, conf)
+    pieces: list[Piece] = []
+    for i, f in enumerate(files):
+        if splittable:
+            pieces.extend((i, off, min(split, f.size - off)) for off in range(0, f.size, split))
+        elif f.size > 0:
+            pieces.append((i, 0, f.size))
+    pieces.sort(key=lambda p: -p[2])  # stable: ties keep listing order
+    parts = _pack(pieces, split, conf.open_cost)
+    if conf.max_partition_num is not None and len(parts) > conf.max_partition_num:
+        total = sum(p[2] + conf.open_cost for p in pieces)
+        desired = -(-total // conf.max_partition_num)  # BigDecimal division, rounded up
+        parts = _pack(pieces, desired, conf.open_cost)
+    if len(parts) > MAX_SCAN_PARTITIONS:
+        raise UnsupportedInput(
+            f"a scan of {len(parts)} partitions does not fit lineage record ids "
+            f"(at most {MAX_SCAN_PARTITIONS}); raise spark.sql.files.maxPartitionBytes"
+        )
+    return parts
+
+
+def _pack(pieces: list[Piece], max_bytes: int, open_cost: int) -> list[list[Piece]]:
+    """FilePartition.getFilePartitions: next fit, in the given order."""
+    parts: list[list[Piece]] = []
+    current: list[Piece] = []
+    size = 0
+    for p in pieces:
+        if size + p[2] > max_bytes:
+            if current:
+                parts.append(current)
+            current, size = [], 0
+        size += p[2] + open_cost
+        current.append(p)
+    if current:
+        parts.append(current)
+    return parts
+
+
+# -- what a reader's options mean for rows -------------------------------------------------
+
+_REFUSED = {
+    "multiline": "multiLine rows span lines: their positions cannot be re-read by line",
+    "linesep": "a custom line separator",
+    "wholetext": "wholetext reads a file as one row",
+    "recursivefilelookup": "recursive file lookup",
+    "pathglobfilter": "path glob filters",
+    "modifiedbefore": "modification-time filters",
+    "modifiedafter": "modification-time filters",
+    "allowcomments": "JSON comments (a comment-only line is no row)",
+}
+
+
+def check_options(fmt: str, options: dict[str, Any]) -> dict[str, Any]:
+    """The line rules a reader's options imply; refuses what cannot be traced by line."""
+    opts = {k.lower(): v for k, v in options.items() if v is not None}
+    for key, why in _REFUSED.items():
+        value = opts.get(key)
+        if value is None or str(value).lower() in ("false", ""):
+            continue
+        raise UnsupportedInput(f"{fmt} option {key}={value}: {why}; not supported with lineage")
+    mode = str(opts.get("mode", "PERMISSIVE")).upper()
+    if mode == "DROPMALFORMED":
+        raise UnsupportedInput(
+            f"{fmt} mode=DROPMALFORMED drops rows, so positions cannot be re-read; use "
+            "PERMISSIVE or FAILFAST with lineage"
+        )
+    enc = str(opts.get("encoding", opts.get("charset", "utf-8"))).lower().replace("_", "-")
+    if enc not in ("utf-8", "utf8", "us-ascii", "ascii"):
+        raise UnsupportedInput(f"{fmt} encoding {enc}: only UTF-8 input can be re-read by line")
+    if opts.get("compression") not in (None, "none", "uncompressed") and fmt != "parquet":
+        raise UnsupportedInput(f"{fmt}: compressed input cannot be re-read by byte offset")
+    rules: dict[str, Any] = {}
+    if fmt == "csv":
+        rules["header"] = str(opts.get("header", "false")).lower() == "true"
+        comment = opts.get("comment")
+        if comment not in (None, "", "\u0000"):
+            if len(str(comment)) != 1 or ord(str(comment)) > 127:
+                raise UnsupportedInput(f"csv comment {comment!r}: only one ASCII character")
+            rules["comment"] = str(comment)
+    return rules
+
+
+def parquet_row_groups(files: list[ScanFile]) -> list[list[list[int]]]:
+    """Per file, each row group's [midpoint, rows], as parquet-mr assigns row groups to
+    splits: the first column chunk's start (its dictionary page when that comes first) plus
+    half the group's compressed size."""
+    import pyarrow.parquet as pq
+
+    out: list[list[list[int]]] = []
+    for f in files:
+        if f.size == 0:  # Spark plans no piece for an empty file
+            out.append([])
+            continue
+        md = pq.ParquetFile(f.path).metadata
+        groups = []
+        for i in range(md.num_row_groups):
+            rg = md.row_group(i)
+            first = rg.column(0)
+            start = first.data_page_offset
+            dictionary = first.dictionary_page_offset
+            if dictionary is not None and first.has_dictionary_page and start > dictionary:
+                start = dictionary
+            size = sum(rg.column(c).total_compressed_size for c in range(rg.num_columns))
+            groups.append([int(start + size // 2), int(rg.num_rows)])
+        out.append(groups)
+    return out
+
+
+def plan_scan(spark: Any, fmt: str, paths: list[str], options: dict[str, Any]) -> dict:
+    """The descriptor of a scan: everything needed to re-read a row from its (partition,
+    position), and to notice that the files changed since."""
+    rules = check_options(fmt, options)
+    files = list_files(paths, fmt)
+    conf = scan_conf(spark)
+    parts = plan_partitions(files, conf)
+    scan: dict[str, Any] = {
+        "format": fmt,
+        "files": [[f.path, f.size, f.mtime_ns] for f in files],
+        "partitions": [[list(p) for p in part] for part in parts],
+        "conf": conf.to_dict(),
+        "options": rules,
+    }
+    if fmt == "parquet":
+        groups = parquet_row_groups(files)
+        scan["row_groups"] = groups
+        for part in parts:
+            rows = sum(n for fi, s, ln in part for mid, n in groups[fi] if s <= mid < s + ln)
+            _fits(rows)
+    else:
+        for part in parts:  # a row needs at least its line terminator, but the last
+            _fits(sum(ln for _, _, ln in part) + len(part))
+    return scan
+
+
+def _fits(rows: int) -> None:
+    if rows >= MAX_ROWS_PER_PARTITION:
+        raise UnsupportedInput(
+            f"a scan partition may hold {rows} rows, more than lineage record ids can number "
+            f"({MAX_ROWS_PER_PARTITION}); lower spark.sql.files.maxPartitionBytes"
+        )

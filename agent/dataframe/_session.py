@@ -1,0 +1,111 @@
+"""The DataFrame side of one `LineageContext`: sources, aggregates, views, outputs."""
+
+from __future__ import annotations
+
+import threading
+from typing import TYPE_CHECKING, Any
+
+from pyspark.sql import functions as F
+
+from journals import record_id_base
+
+from .._rdd import UnsupportedOperation
+from ._columns import Lineage, collected, fresh
+from ._frame import LineageDataFrame
+from ._outputs import Outputs
+from ._plumbing import Plumbing, pickled
+from ._udf import LineageUDFRegistration
+
+if TYPE_CHECKING:
+    from .._context import LineageContext
+
+from ._policy import AGGREGATE_POLICIES
+
+
+class FrameAgent:
+    """Per-context state of the DataFrame agent."""
+
+    def __init__(self, lc: LineageContext, spark: Any, aggregates: str = "eager") -> None:
+        if aggregates not in AGGREGATE_POLICIES:
+            raise ValueError(
+                f"aggregates must be one of {', '.join(AGGREGATE_POLICIES)}, got {aggregates!r}"
+            )
+        self.plumbing = Plumbing(lc)
+        self.spark = spark
+        self.aggregates = aggregates
+        self.outputs = Outputs(self)
+        self.views: dict[str, LineageDataFrame] = {}
+        self.udfs = LineageUDFRegistration(self)
+        self._lock = threading.Lock()
+
+    def capture_python(self, modules: tuple[str, ...]) -> Any:
+        """Build Python functions (UDFs, taps) that run capture code inside this."""
+        return self.plumbing.capture_python(modules)
+
+    # -- sources -----------------------------------------------------------------------------
+
+    def scan(self, fmt: str, paths: list[str], schema: Any, opts: dict) -> LineageDataFrame:
+        from ._reader import scanned
+
+        return scanned(self, fmt, paths, schema, opts)
+
+    def create(self, data: Any, schema: Any = None, **kwargs: Any) -> LineageDataFrame:
+        """`createDataFrame`: rows get ids (cp, 0, index) and their values are journaled."""
+        if hasattr(data, "_jrdd") or type(data).__name__ in ("RDD", "DataFrame"):
+            raise UnsupportedOperation(
+                "createDataFrame from an RDD or DataFrame with lineage (use lc.parallelize or "
+                "pass local data)"
+            )
+        df = self.spark.createDataFrame(data, schema, **kwargs)
+        if not self.plumbing.capture:
+            return LineageDataFrame(self, df, Lineage())
+        from pyspark.sql.types import LongType, StructField, StructType
+
+        # The driver holds the data: it numbers the rows itself (no id is assigned by Spark)
+        # and journals their values, so traces return them as Rows.
+        rows = df.collect()
+        cp = self.plumbing.source_cp("createDataFrame", 1)
+        h = fresh()
+        base = record_id_base(cp.number, 0)
+        schema2 = StructType([*df.schema.fields, StructField(h, LongType(), False)])
+        data2 = [(*tuple(r), base + i) for i, r in enumerate(rows)]
+        out = self.spark.createDataFrame(data2, schema2, verifySchema=False)
+        self.plumbing.journal(cp, len(rows), values=pickled(rows))
+        return LineageDataFrame(self, out, Lineage((h,), (), frozenset({cp.number})))
+
+    # -- operators ---------------------------------------------------------------------------
+
+    def frame_of(self, other: Any, op: str) -> LineageDataFrame:
+        if isinstance(other, LineageDataFrame):
+            if other._agent is not self:
+                raise UnsupportedOperation(f"{op} of DataFrames from two LineageContexts")
+            return other
+        raise UnsupportedOperation(
+            f"{op} with a DataFrame not made through this LineageContext (its rows have no "
+            "lineage): read or create it with lc.read / lc.createDataFrame"
+        )
+
+    def aggregate(
+        self, frame: LineageDataFrame, kind: str, cols: list, exprs: list
+    ) -> LineageDataFrame:
+        """groupBy/rollup/cube(...).agg(...): each group also collects its rows' ids."""
+        lin = frame._lin
+        name = fresh()
+        grouped = getattr(frame._src(*cols, *exprs), kind)(*cols)
+        out = grouped.agg(*exprs, collected(F, lin).alias(name))
+        return LineageDataFrame(self, out, Lineage((), (name,), lin.cps))
+
+    def sql(self, text: str) -> LineageDataFrame:
+        from ._sql import run_sql
+
+        return run_sql(self, text)
+
+    # -- views -------------------------------------------------------------------------------
+
+    def register_view(self, name: str, frame: LineageDataFrame, replace: bool) -> None:
+        if replace:
+            frame._df.createOrReplaceTempView(name)
+        else:
+            frame._df.createTempView(name)
+        with self._lock:
+            self.views[name.lower()] = frame

@@ -1,0 +1,657 @@
+"""`lc.sql(text)`: Spark SQL over views made from captured DataFrames, with lineage.
+
+The query is parsed with sqlglot (Spark dialect) and rewritten, Perm-style, so that every
+query block also outputs its rows' lineage columns; Spark then runs the rewritten text.
+
+- FROM items: a view carries the hidden columns of the DataFrame it was made from; a derived
+  table or CTE carries what its rewritten query outputs. A block outputs all of them
+  (joins concatenate; outer joins leave the missing side null).
+- Aggregates (GROUP BY, aggregate functions, HAVING, SELECT DISTINCT): one array column,
+  every id of the group's rows (`collect_list`, `flatten`).
+- UNION [ALL]: each branch outputs its lineage as one array column of the same name;
+  UNION (distinct) groups the rows and collects them.
+- Subqueries in WHERE / HAVING (the predicate itself is left exactly as written):
+  * positive `x IN (SELECT y ...)`: the subquery rows whose y matches x, through a LEFT JOIN
+    on the subquery grouped by y (one match at most, so no row is repeated);
+  * `EXISTS (...)` and scalar subqueries: the subquery's rows; uncorrelated ones through a
+    CROSS JOIN with a one-row relation of their ids; correlated ones through a LEFT JOIN on
+    the subquery's rows grouped by the distinct values of the outer columns it refers to
+    (any correlation predicate, equalities or not);
+  * `NOT IN` / `NOT EXISTS`: nothing (an anti-join contributes no row).
+- Captured UDFs (`lc.udf.register`) get the row's ids as a hidden last argument.
+
+Anything else that would lose lineage (INTERSECT, EXCEPT, window functions, lateral views,
+LEFT SEMI JOIN, tables that are not lineage views, correlated subqueries outside WHERE, ...)
+raises `UnsupportedOperation` naming the construct.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from .._rdd import UnsupportedOperation
+from ._columns import Lineage, fresh, is_hidden
+
+if TYPE_CHECKING:
+    from ._frame import LineageDataFrame
+    from ._session import FrameAgent
+
+LONG, ARRAY = "long", "array"
+
+
+@dataclass(eq=False)
+class Item:
+    """A FROM item of a block: its alias and lineage columns [(name, kind)]."""
+
+    alias: str
+    lin: list[tuple[str, str]]
+    columns: list[str] | None  # visible output columns, when known (for correlation)
+    sql: str | None = None  # a CTE's rewritten body
+
+
+@dataclass
+class Rel:
+    """A rewritten query: its lineage output columns [(name, kind)]."""
+
+    lin: list[tuple[str, str]]
+
+
+class SqlRewriter:
+    def __init__(self, agent: FrameAgent) -> None:
+        from sqlglot import exp
+
+        self.E = exp
+        self.agent = agent
+        self.views = dict(agent.views)
+        self.cps: set[int] = set()
+        self._columns_cache: dict[str, list[str]] = {}
+
+    # -- entry -------------------------------------------------------------------------------
+
+    def rewrite(self, text: str) -> tuple[str, Lineage]:
+        import sqlglot
+
+        try:
+            trees = sqlglot.parse(text, read="spark")
+        except Exception as e:
+            raise UnsupportedOperation(f"lc.sql cannot parse this query for lineage: {e}") from e
+        trees = [t for t in trees if t is not None]
+        if len(trees) != 1:
+            raise UnsupportedOperation("lc.sql takes one statement")
+        tree = trees[0]
+        if not isinstance(tree, self.E.Query):
+            raise UnsupportedOperation(
+                f"lc.sql: {type(tree).__name__} statements (only queries carry lineage)"
+            )
+        tree, rel = self.query(tree, {})
+        longs = tuple(n for n, k in rel.lin if k == LONG)
+        arrays = tuple(n for n, k in rel.lin if k == ARRAY)
+        return tree.sql(dialect="spark"), Lineage(longs, arrays, frozenset(self.cps))
+
+    # -- queries -----------------------------------------------------------------------------
+
+    def query(self, node: Any, ctes: dict[str, Item], merged: str | None = None) -> tuple[Any, Rel]:
+        """Rewrite a query (Select, set operation, parenthesized query); with `merged`, its
+        lineage is output as one array column of that name (for set operations)."""
+        E = self.E
+        ctes = dict(ctes)
+        with_ = node.args.get("with_")
+        if with_ is not None:
+            if with_.args.get("recursive"):
+                raise UnsupportedOperation("lc.sql: recursive CTEs")
+            for cte in with_.expressions:
+                body, rel = self.query(cte.this, ctes)
+                cte.set("this", body)
+                name = cte.alias_or_name
+                text = body.sql(dialect="spark")
+                cols = self._output_columns(text, ctes)
+                ctes[name.lower()] = Item(name, rel.lin, cols, text)
+        if isinstance(node, E.Select):
+            return node, self.select(node, ctes, merged)
+        if isinstance(node, E.Subquery):
+            inner, rel = self.query(node.this, ctes, merged)
+            node.set("this", inner)
+            return node, rel
+        if isinstance(node, E.Union):
+            return self.union(node, ctes, merged)
+        if isinstance(node, E.Intersect | E.Except):
+            raise UnsupportedOperation(f"lc.sql: {type(node).__name__.upper()} (not yet)")
+        raise UnsupportedOperation(f"lc.sql: {type(node).__name__} queries")
+
+    def union(self, node: Any, ctes: dict[str, Item], merged: str | None) -> tuple[Any, Rel]:
+        E = self.E
+        name = merged or fresh("u")
+        left, _ = self.query(node.this, ctes, name)
+        right, _ = self.query(node.expression, ctes, name)
+        node.set("this", left)
+        node.set("expression", right)
+        if node.args.get("by_name"):
+            raise UnsupportedOperation("lc.sql: UNION BY NAME")
+        if not node.args.get("distinct"):
+            return node, Rel([(name, ARRAY)])
+        # UNION (distinct): group the UNION ALL's rows, collecting their ids.
+        node.set("distinct", False)
+        order, limit = node.args.get("order"), node.args.get("limit")
+        node.set("order", None)
+        node.set("limit", None)
+        cols = self._output_columns(node.sql(dialect="spark"), ctes)
+        if cols is None:
+            raise UnsupportedOperation("lc.sql: UNION over a query Spark cannot analyze alone")
+        out = fresh("u")
+        t = fresh("t")
+        wrapper = E.select(
+            *[E.column(c, table=t, quoted=True) for c in cols],
+            E.alias_(self._flat_collect([(t, name, ARRAY)]), out),
+        ).from_(E.Subquery(this=node, alias=E.TableAlias(this=E.to_identifier(t))))
+        wrapper.set(
+            "group", E.Group(expressions=[E.Literal.number(i + 1) for i in range(len(cols))])
+        )
+        if order is not None:
+            wrapper.set("order", order)
+        if limit is not None:
+            wrapper.set("limit", limit)
+        if merged:
+            wrapper.expressions[-1].set("alias", E.to_identifier(merged))
+            return wrapper, Rel([(merged, ARRAY)])
+        return wrapper, Rel([(out, ARRAY)])
+
+    # -- one block ---------------------------------------------------------------------------
+
+    def select(self, sel: Any, ctes: dict[str, Item], merged: str | None) -> Rel:
+        E = self.E
+        items = self._from_items(sel, ctes)
+        extra: list[tuple[str, str, str]] = []  # (alias, column, "row" | "const") arrays
+        where = sel.args.get("where")
+        if where is not None:
+            for sub, positive in self._subqueries(where.this):
+                if positive:
+                    extra.append(self._contribution(sel, sub, items, ctes))
+        having = sel.args.get("having")
+        if having is not None:
+            for sub, positive in self._subqueries(having.this):
+                if positive:
+                    extra.append(
+                        self._contribution(sel, sub, items, ctes, uncorrelated_only="HAVING")
+                    )
+        for e in sel.expressions:
+            for sub, _ in self._subqueries(e):
+                extra.append(self._contribution(sel, sub, items, ctes, uncorrelated_only="SELECT"))
+        self._udf_calls(sel, items)
+        if any(isinstance(w, E.Window) for e in sel.expressions for w in self._local(e, E.Window)):
+            raise UnsupportedOperation("lc.sql: window functions (use the DataFrame API)")
+        refs = [(it.alias, n, k) for it in items for n, k in it.lin]
+        aggregate = (
+            sel.args.get("group") is not None
+            or having is not None
+            or any(self._local(e, E.AggFunc) for e in sel.expressions)
+        )
+        if sel.args.get("distinct") is not None and not aggregate:
+            if any(
+                isinstance(e, E.Star) or (isinstance(e, E.Column) and e.is_star)
+                for e in sel.expressions
+            ):
+                raise UnsupportedOperation("lc.sql: SELECT DISTINCT *")
+            n = len(sel.expressions)
+            sel.set("distinct", None)
+            sel.set("group", E.Group(expressions=[E.Literal.number(i + 1) for i in range(n)]))
+            aggregate = True
+        elif sel.args.get("distinct") is not None:
+            raise UnsupportedOperation("lc.sql: SELECT DISTINCT with aggregates")
+        if aggregate:
+            parts = [self._collect(a, n, k) for a, n, k in refs]
+            parts += [
+                E.func("coalesce", E.func("first", E.column(c, table=a)), _empty(E))
+                if how == "const"
+                else E.func("flatten", E.func("collect_list", E.column(c, table=a)))
+                for a, c, how in extra
+            ]
+            name = merged or fresh()
+            sel.append("expressions", E.alias_(_concat(E, parts), name))
+            return Rel([(name, ARRAY)])
+        row = [(a, n, k) for a, n, k in refs] + [(a, c, ARRAY) for a, c, _ in extra]
+        if merged:
+            sel.append("expressions", E.alias_(self._row_ids(row), merged))
+            return Rel([(merged, ARRAY)])
+        out: list[tuple[str, str]] = []
+        for table, column, kind in row:
+            col = fresh()
+            sel.append("expressions", E.alias_(E.column(column, table=table), col))
+            out.append((col, kind))
+        return Rel(out)
+
+    def _from_items(self, sel: Any, ctes: dict[str, Item]) -> list[Item]:
+        if sel.args.get("laterals"):
+            raise UnsupportedOperation("lc.sql: LATERAL VIEW")
+        for key in ("pivots", "connect", "qualify", "windows", "sample"):
+            if sel.args.get(key):
+                raise UnsupportedOperation(f"lc.sql: {key.upper()}")
+        from_ = sel.args.get("from_")
+        if from_ is None:
+            return []
+        items = [self._source(from_.this, ctes)]
+        for join in sel.args.get("joins") or []:
+            kind = (join.kind or "").upper()
+            if kind == "SEMI":
+                raise UnsupportedOperation("lc.sql: LEFT SEMI JOIN (write EXISTS or IN)")
+            item = self._source(join.this, ctes)
+            if kind != "ANTI":  # an anti-join's right side contributes nothing
+                items.append(item)
+        return items
+
+    def _source(self, src: Any, ctes: dict[str, Item]) -> Item:
+        E = self.E
+        if isinstance(src, E.Table):
+            if src.args.get("db") or src.args.get("catalog"):
+                raise UnsupportedOperation(f"lc.sql: table {src.sql()} (only temp views)")
+            name = src.name.lower()
+            alias = src.alias_or_name
+            if name in ctes:
+                cte = ctes[name]
+                return Item(alias, cte.lin, cte.columns)
+            frame = self.views.get(name)
+            if frame is None:
+                raise UnsupportedOperation(
+                    f"lc.sql: {src.name} is not a view made from a captured DataFrame "
+                    "(df.createOrReplaceTempView on a DataFrame of this LineageContext)"
+                )
+            self.cps |= frame._lin.cps
+            lin = [(n, LONG) for n in frame._lin.longs] + [(n, ARRAY) for n in frame._lin.arrays]
+            return Item(alias, lin, frame.columns)
+        if isinstance(src, E.Subquery):
+            alias = src.args.get("alias")
+            if alias is None:  # Spark allows it; its lineage columns need a name to refer to
+                alias = E.TableAlias(this=E.to_identifier(fresh("d")))
+                src.set("alias", alias)
+            names = alias.args.get("columns")
+            body = src.this
+            if names:
+                # `(SELECT ...) AS t(a, b)`: the rewritten body has more columns than names;
+                # the names become the aliases of its (leftmost) select list.
+                first = body
+                while isinstance(first, E.Union | E.Subquery):
+                    first = first.this
+                if not isinstance(first, E.Select) or any(
+                    isinstance(e, E.Star) or (isinstance(e, E.Column) and e.is_star)
+                    for e in first.expressions
+                ):
+                    raise UnsupportedOperation("lc.sql: a column alias list on this subquery")
+                for e, n in zip(first.expressions, names):
+                    e.replace(E.alias_(e.this if isinstance(e, E.Alias) else e, n.copy()))
+                alias.set("columns", None)
+            inner, rel = self.query(body, ctes)
+            src.set("this", inner)
+            return Item(alias.name, rel.lin, None)
+        raise UnsupportedOperation(f"lc.sql: {type(src).__name__} in FROM")
+
+    # -- subqueries --------------------------------------------------------------------------
+
+    def _local(self, node: Any, kind: Any) -> list:
+        """Nodes of `kind` in `node`, not inside a nested query."""
+        E = self.E
+        out = []
+        for n in node.walk(prune=lambda x: isinstance(x, E.Query) and x is not node):
+            if isinstance(n, kind):
+                out.append(n)
+        return out
+
+    def _subqueries(self, cond: Any) -> list[tuple[Any, bool]]:
+        """(subquery predicate, positive) in a condition: IN / EXISTS nodes and scalar
+        subqueries, with whether they sit under an odd number of NOTs."""
+        E = self.E
+        out: list[tuple[Any, bool]] = []
+
+        def visit(n: Any, positive: bool) -> None:
+            if isinstance(n, E.Not):
+                visit(n.this, not positive)
+                return
+            if isinstance(n, E.In) and n.args.get("query") is not None:
+                out.append((n, positive))
+                visit(n.this, positive)
+                return
+            if isinstance(n, E.Exists):
+                out.append((n, positive))
+                return
+            if isinstance(n, E.Subquery):
+                out.append((n, True))  # a scalar subquery's rows make its value
+                return
+            if isinstance(n, E.Query):
+                return
+            for child in n.iter_expressions():
+                visit(child, positive)
+
+        visit(cond, True)
+        return out
+
+    def _contribution(
+        self,
+        sel: Any,
+        pred: Any,
+        items: list[Item],
+        ctes: dict[str, Item],
+        uncorrelated_only: str | None = None,
+    ) -> tuple[str, str, str]:
+        """Join `sel` with the ids of the subquery rows `pred` (IN, EXISTS, scalar) makes
+        true; returns (alias, array column, "row" | "const")."""
+        E = self.E
+        if isinstance(pred, E.In):
+            body = pred.args["query"].this.copy()
+            key = pred.this
+            if isinstance(key, E.Tuple):
+                raise UnsupportedOperation("lc.sql: IN with several columns")
+        else:
+            body = (pred.this if isinstance(pred, E.Exists | E.Subquery) else pred).copy()
+            key = None
+        while isinstance(body, E.Subquery):
+            body = body.this
+        if not isinstance(body, E.Select):
+            raise UnsupportedOperation(f"lc.sql: a {type(body).__name__} subquery")
+        inner_items = self._peek_items(body, ctes)
+        correlated, local = self._split_correlation(body, inner_items)
+        if correlated and uncorrelated_only:
+            raise UnsupportedOperation(f"lc.sql: a correlated subquery in {uncorrelated_only}")
+        alias = fresh("s")
+        if not correlated and key is None:
+            # EXISTS / scalar: every row of the subquery, one array for all outer rows.
+            sub, rel = self.query(body, ctes)
+            t = fresh("t")
+            lin = E.select(E.alias_(self._flat_collect([(t, n, k) for n, k in rel.lin]), "ids"))
+            lin = lin.from_(E.Subquery(this=sub, alias=E.TableAlias(this=E.to_identifier(t))))
+            self._join(sel, lin, alias, None, "CROSS")
+            return alias, "ids", "const"
+        if not correlated:
+            # x IN (SELECT y ...): the rows whose y matches x, grouped by y.
+            if len(body.expressions) != 1:
+                raise UnsupportedOperation("lc.sql: IN subquery with several columns")
+            y = body.expressions[0]
+            body.set("expressions", [E.alias_(y.this if isinstance(y, E.Alias) else y, "k")])
+            sub, rel = self.query(body, ctes)
+            t = fresh("t")
+            grouped = E.select(
+                E.column("k", table=t),
+                E.alias_(self._flat_collect([(t, n, k) for n, k in rel.lin]), "ids"),
+            ).from_(E.Subquery(this=sub, alias=E.TableAlias(this=E.to_identifier(t))))
+            grouped.set("group", E.Group(expressions=[E.column("k", table=t)]))
+            self._join(
+                sel,
+                grouped,
+                alias,
+                E.EQ(this=key.copy(), expression=E.column("k", table=alias)),
+                "LEFT",
+            )
+            return alias, "ids", "row"
+        return self._correlated(
+            sel, pred, body, key, correlated, local, items, inner_items, ctes, alias
+        )
+
+    def _correlated(self, sel, pred, body, key, correlated, local, items, inner_items, ctes, alias):
+        """A correlated subquery's matching rows, for each distinct value of the outer
+        columns it refers to: K = those values, C = K joined with the subquery's rows on the
+        correlation predicates, grouped by K; the block LEFT JOINs C on K (one match)."""
+        E = self.E
+        if body.args.get("group") is not None or body.args.get("having") is not None:
+            raise UnsupportedOperation("lc.sql: a correlated subquery with GROUP BY / HAVING")
+        outer_cols: dict[tuple[str | None, str], Any] = {}
+        inner_cols: dict[tuple[str | None, str], Any] = {}
+        for conj in correlated:
+            for c in conj.find_all(E.Column):
+                k = (c.table or None, c.name)
+                if self._is_outer(c, inner_items):
+                    outer_cols.setdefault(k, c)
+                else:
+                    inner_cols.setdefault(k, c)
+        owner = {self._owner(c, items) for c in outer_cols.values()}
+        if len(owner) != 1 or None in owner:
+            raise UnsupportedOperation(
+                "lc.sql: a correlated subquery whose outer columns are not all of one FROM item"
+            )
+        (found,) = owner
+        assert found is not None
+        outer_item: Item = found
+        if isinstance(pred, E.In):
+            raise UnsupportedOperation("lc.sql: a correlated IN subquery (write EXISTS)")
+        # K: the outer FROM item's distinct values of those columns.
+        onames = {k: f"o{i}" for i, k in enumerate(outer_cols)}
+        inames = {k: f"i{i}" for i, k in enumerate(inner_cols)}
+        src = self._item_source(sel, outer_item)
+        kq = E.select(
+            *[
+                E.alias_(E.column(c.name, table=outer_item.alias), onames[k])
+                for k, c in outer_cols.items()
+            ]
+        )
+        kq = kq.from_(src).distinct()
+        # The subquery's rows (local predicates only), with the inner columns it correlates on.
+        body.set("where", E.Where(this=_and(E, local)) if local else None)
+        body.set(
+            "expressions",
+            [E.alias_(c.copy(), inames[k]) for k, c in inner_cols.items()]
+            or [E.alias_(E.Literal.number(1), "i_")],
+        )
+        sub, rel = self.query(body, ctes)
+        kt, st = fresh("k"), fresh("t")
+        on = _and(
+            E, [self._retarget(c.copy(), inner_items, kt, onames, st, inames) for c in correlated]
+        )
+        c = E.select(
+            *[E.column(n, table=kt) for n in onames.values()],
+            E.alias_(self._flat_collect([(st, n, k) for n, k in rel.lin]), "ids"),
+        ).from_(E.Subquery(this=kq, alias=E.TableAlias(this=E.to_identifier(kt))))
+        c = c.join(
+            E.Subquery(this=sub, alias=E.TableAlias(this=E.to_identifier(st))),
+            on=on,
+            join_type="inner",
+        )
+        c.set("group", E.Group(expressions=[E.column(n, table=kt) for n in onames.values()]))
+        cond = _and(
+            E,
+            [
+                E.NullSafeEQ(
+                    this=E.column(col.name, table=outer_item.alias),
+                    expression=E.column(onames[k], table=alias),
+                )
+                for k, col in outer_cols.items()
+            ],
+        )
+        self._join(sel, c, alias, cond, "LEFT")
+        return alias, "ids", "row"
+
+    def _retarget(self, cond, inner_items, kt, onames, st, inames):
+        E = self.E
+        for col in list(cond.find_all(E.Column)):
+            k = (col.table or None, col.name)
+            if self._is_outer(col, inner_items):
+                col.replace(E.column(onames[k], table=kt))
+            else:
+                col.replace(E.column(inames[k], table=st))
+        return cond
+
+    def _item_source(self, sel: Any, item: Item) -> Any:
+        """A FROM-able copy of the block's FROM item named `item.alias`."""
+        from_ = sel.args.get("from_")
+        sources = [from_.this] + [j.this for j in sel.args.get("joins") or []]
+        for s in sources:
+            if s.alias_or_name == item.alias:
+                return s.copy()
+        raise UnsupportedOperation(f"lc.sql: cannot find FROM item {item.alias}")
+
+    def _peek_items(self, body: Any, ctes: dict[str, Item]) -> list[Item]:
+        """The FROM items of a subquery (aliases and visible columns), without rewriting."""
+        E = self.E
+        out: list[Item] = []
+        from_ = body.args.get("from_")
+        if from_ is None:
+            return out
+        for s in [from_.this] + [j.this for j in body.args.get("joins") or []]:
+            if isinstance(s, E.Table):
+                name = s.name.lower()
+                if name in ctes:
+                    out.append(Item(s.alias_or_name, [], ctes[name].columns))
+                elif name in self.views:
+                    out.append(Item(s.alias_or_name, [], self.views[name].columns))
+                else:
+                    out.append(Item(s.alias_or_name, [], None))
+            elif isinstance(s, E.Subquery):
+                cols = self._output_columns(s.this.sql(dialect="spark"), ctes)
+                out.append(Item(s.alias_or_name, [], cols))
+            else:
+                out.append(Item(s.alias_or_name, [], None))
+        return out
+
+    def _is_outer(self, col: Any, inner_items: list[Item]) -> bool:
+        aliases = {it.alias.lower() for it in inner_items}
+        if col.table:
+            return col.table.lower() not in aliases
+        for it in inner_items:
+            if it.columns is None:
+                raise UnsupportedOperation(
+                    f"lc.sql: cannot tell whether column {col.name} is correlated; qualify it"
+                )
+            if col.name.lower() in {c.lower() for c in it.columns}:
+                return False
+        return True
+
+    def _owner(self, col: Any, items: list[Item]) -> Item | None:
+        if col.table:
+            for it in items:
+                if it.alias.lower() == col.table.lower():
+                    return it
+            return None
+        owners = [
+            it for it in items if it.columns and col.name.lower() in {c.lower() for c in it.columns}
+        ]
+        return owners[0] if len(owners) == 1 else None
+
+    def _split_correlation(self, body: Any, inner_items: list[Item]) -> tuple[list, list]:
+        E = self.E
+        where = body.args.get("where")
+        if where is None:
+            return [], []
+        conjuncts = list(_conjuncts(E, where.this))
+        correlated: list[Any] = []
+        local: list[Any] = []
+        for c in conjuncts:
+            outer = any(
+                self._is_outer(col, inner_items)
+                for col in c.find_all(E.Column)
+                if not any(isinstance(a, E.Query) for a in _ancestors(col, c))
+            )
+            (correlated if outer else local).append(c)
+        return correlated, local
+
+    def _join(self, sel: Any, query: Any, alias: str, on: Any, kind: str) -> None:
+        E = self.E
+        sub = E.Subquery(this=query, alias=E.TableAlias(this=E.to_identifier(alias)))
+        if kind == "CROSS":
+            join = E.Join(this=sub, kind="CROSS")
+        else:
+            join = E.Join(this=sub, side=kind, on=on)
+        sel.append("joins", join)
+
+    # -- UDFs --------------------------------------------------------------------------------
+
+    def _udf_calls(self, sel: Any, items: list[Item]) -> None:
+        """Captured UDF calls get the row's ids as their hidden last argument."""
+        E = self.E
+        udfs = self.agent.udfs.registered
+        if not udfs:
+            return
+        refs = [(it.alias, n, k) for it in items for n, k in it.lin]
+        for call in self._local(sel, E.Anonymous):
+            name = str(call.this).lower()
+            udf = udfs.get(name)
+            if udf is None or udf._vanilla:
+                continue
+            call.append("expressions", self._row_ids(refs))
+
+    # -- expressions -------------------------------------------------------------------------
+
+    def _collect(self, alias: str, name: str, kind: str) -> Any:
+        E = self.E
+        c = E.func("collect_list", E.column(name, table=alias))
+        return c if kind == LONG else E.func("flatten", c)
+
+    def _flat_collect(self, refs: list[tuple[str, str, str]]) -> Any:
+        return _concat(self.E, [self._collect(a, n, k) for a, n, k in refs])
+
+    def _row_ids(self, refs: list[tuple[str, str, str]]) -> Any:
+        """One array of a row's ids: its longs (not null) and its arrays' elements."""
+        E = self.E
+        longs = [E.column(n, table=a) for a, n, k in refs if k == LONG]
+        parts = []
+        if longs:
+            parts.append(E.func("array_compact", E.func("array", *longs)))
+        parts += [
+            E.func("coalesce", E.column(n, table=a), _empty(E)) for a, n, k in refs if k == ARRAY
+        ]
+        return _concat(E, parts)
+
+    def _output_columns(self, text: str, ctes: dict[str, Item]) -> list[str] | None:
+        """The visible columns a query outputs (Spark analyzes it, earlier CTEs in scope)."""
+        if ctes:
+            defs = ", ".join(f"`{it.alias}` AS ({it.sql})" for it in ctes.values() if it.sql)
+            text = f"WITH {defs} {text}" if defs else text
+        try:
+            return [c for c in self._columns_of_sql(text) if not is_hidden(c)]
+        except Exception:  # not analyzable on its own: correlation must then be qualified
+            return None
+
+    def _columns_of_sql(self, sql: str) -> list[str]:
+        cols = self._columns_cache.get(sql)
+        if cols is None:
+            cols = list(self.agent.spark.sql(sql).columns)
+            self._columns_cache[sql] = cols
+        return cols
+
+
+def _empty(E: Any) -> Any:
+    return E.Cast(this=E.func("array"), to=E.DataType.build("array<bigint>"))
+
+
+def _concat(E: Any, parts: list) -> Any:
+    if not parts:
+        return _empty(E)
+    return parts[0] if len(parts) == 1 else E.func("concat", *parts)
+
+
+def _and(E: Any, conds: list) -> Any:
+    out = conds[0]
+    for c in conds[1:]:
+        out = E.And(this=out, expression=c)
+    return out
+
+
+def _conjuncts(E: Any, cond: Any):
+    if isinstance(cond, E.And):
+        yield from _conjuncts(E, cond.this)
+        yield from _conjuncts(E, cond.expression)
+    elif isinstance(cond, E.Paren) and isinstance(cond.this, E.And):
+        yield from _conjuncts(E, cond.this)
+    else:
+        yield cond
+
+
+def _ancestors(node: Any, stop: Any):
+    p = node.parent
+    while p is not None and p is not stop:
+        yield p
+        p = p.parent
+
+
+def run_sql(agent: FrameAgent, text: str) -> LineageDataFrame:
+    """`lc.sql(text)`: the query's rows as a LineageDataFrame."""
+    from ._frame import LineageDataFrame
+
+    spark = agent.spark
+    vanilla = spark.sql(text)  # Spark's own errors for a bad query, and the column names
+    if not agent.plumbing.capture:
+        return LineageDataFrame(agent, vanilla, Lineage())
+    names = [c for c in vanilla.columns if not is_hidden(c)]
+    rewritten, lin = SqlRewriter(agent).rewrite(text)
+    df = spark.sql(rewritten)
+    cols = list(df.columns)
+    visible = [c for c in cols if not is_hidden(c)]
+    if visible != names and len(visible) == len(names):
+        it = iter(names)
+        df = df.toDF(*[c if is_hidden(c) else next(it) for c in cols])
+    return LineageDataFrame(agent, df, lin)

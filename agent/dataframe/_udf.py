@@ -1,0 +1,113 @@
+"""`lc.udf.register(name, f, returnType)`: UDFs that know which row they run on.
+
+The registered UDF takes one hidden argument more than the user's function: the ids of the
+row's source records (`__prov_cur`, which every captured DataFrame operator adds for the
+expressions that need it, and `lc.sql` passes explicitly), so a failure names its culprits.
+With capture off the user's function is registered as it is, and Spark's plan is vanilla.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import TYPE_CHECKING, Any
+
+from pyspark.sql import functions as F
+from pyspark.sql.pandas.functions import pandas_udf
+
+from .._rdd import UnsupportedOperation
+from ._columns import PREFIX
+from ._udfrun import PandasUdf, PythonUdf, UdfSpec
+
+if TYPE_CHECKING:
+    from ._session import FrameAgent
+
+CURRENT = f"{PREFIX}cur"  # a row's ids, added on demand for expressions that call UDFs
+_MODULES = ("agent.dataframe._udfrun",)
+_PYTHON_UDF = 100
+_SCALAR_PANDAS = 200
+
+
+class LineageUDF:
+    """A registered UDF: call it with columns, as a PySpark UDF."""
+
+    def __init__(self, agent: FrameAgent, name: str, inner: Any, vanilla: bool) -> None:
+        self._agent = agent
+        self.name = name
+        self._inner = inner
+        self._vanilla = vanilla
+
+    def __call__(self, *cols: Any) -> Any:
+        cols = tuple(F.col(c) if isinstance(c, str) else c for c in cols)
+        with self._agent.capture_python(_MODULES):
+            if self._vanilla:
+                return self._inner(*cols)
+            return self._inner(*cols, F.col(CURRENT))
+
+    def __repr__(self) -> str:
+        return f"LineageUDF({self.name!r})"
+
+
+class LineageUDFRegistration:
+    """`lc.udf`: register Python and scalar pandas UDFs with culprit capture."""
+
+    def __init__(self, agent: FrameAgent) -> None:
+        self._agent = agent
+        self.registered: dict[str, LineageUDF] = {}
+
+    def register(self, name: str, f: Any, returnType: Any = None) -> LineageUDF:
+        """Register `f` (a function, or a UDF made by `F.udf` / `F.pandas_udf`) as `name`
+        for `lc.sql` and return it for the DataFrame API."""
+        agent = self._agent
+        eval_type = getattr(f, "evalType", _PYTHON_UDF)
+        func = getattr(f, "func", f)
+        if returnType is None:
+            returnType = getattr(f, "returnType", "string")
+        if eval_type not in (_PYTHON_UDF, _SCALAR_PANDAS):
+            raise UnsupportedOperation(
+                f"UDF {name}: only row-at-a-time Python UDFs and scalar pandas UDFs "
+                "(Series -> Series) are supported with lineage"
+            )
+        plumbing = agent.plumbing
+        vanilla = not plumbing.capture
+        if vanilla:
+            inner = f if hasattr(f, "evalType") else F.udf(func, returnType)
+        else:
+            spec = UdfSpec(plumbing.run_id, plumbing.writer_spec, name, plumbing.on_error)
+            # The wrappers are callables without type hints: the eval type is given, and
+            # PySpark's notes about inferring it from hints do not apply.
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", UserWarning)
+                if eval_type == _SCALAR_PANDAS:
+                    wrapped = _function(PandasUdf(func, spec))
+                    make: Any = pandas_udf  # its stubs do not list the eval type given here
+                    inner = make(wrapped, returnType, _SCALAR_PANDAS)
+                else:
+                    inner = F.udf(_function(PythonUdf(func, spec)), returnType)
+        if getattr(f, "deterministic", True) is False:
+            inner = inner.asNondeterministic()
+        with agent.capture_python(_MODULES):
+            agent.spark.udf.register(name, inner)
+        udf = LineageUDF(agent, name, inner, vanilla)
+        self.registered[name.lower()] = udf
+        return udf
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        raise UnsupportedOperation(f"UDFRegistration.{name} with lineage capture")
+
+
+def _function(wrapper: Any) -> Any:
+    """pandas_udf wants a plain function, not a callable object."""
+
+    def run(*series: Any) -> Any:
+        return wrapper(*series)
+
+    return run
+
+
+def uses_current(cols: Any) -> bool:
+    """Whether any of these columns calls a captured UDF (needs the row's ids)."""
+    from ._windows import column_text
+
+    return any(CURRENT in column_text(c) for c in cols if not isinstance(c, int | bool))

@@ -1,0 +1,97 @@
+"""What a captured UDF runs in Spark's Python workers (executor side: no pyspark driver
+modules, no repository).
+
+The wrapped function gets, after the user's arguments, one hidden argument: the record ids
+of the row it is called on (its lineage). When the user's function raises, FAIL events name
+those records as culprits, as the RDD agent does for its functions; then `on_error="fail"`
+re-raises (the task fails as Spark would) and `"skip"` returns null for that call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from journals import WriterSpec
+
+from .._worker import TaskJournal
+
+
+@dataclass(frozen=True)
+class UdfSpec:
+    run_id: str
+    journal: WriterSpec
+    name: str
+    on_error: str  # "fail" | "skip"
+
+
+def _partition() -> int:
+    try:
+        from pyspark import TaskContext
+    except ImportError:  # pragma: no cover - pyspark is a dependency
+        return 0
+    tc = TaskContext.get()
+    return int(tc.partitionId()) if tc is not None else 0
+
+
+def record_failure(spec: UdfSpec, ids: Any, error: BaseException, value: Any = None) -> None:
+    """FAIL events for each record the failing row was made from (sealed at once: a task
+    that goes on failing must not take them with it)."""
+    journal = TaskJournal(spec.journal, spec.run_id, _partition())
+    rids = [int(i) for i in (ids if ids is not None else []) if i is not None] or [-1]
+    shown = None if value is None else repr(value)[:2000]
+    for rid in sorted(set(rids)):
+        journal.fail_event(f"udf:{spec.name}", rid, error, (None, shown))
+    journal.seal()
+
+
+class PythonUdf:
+    """A row-at-a-time Python UDF with the row's ids as its last argument."""
+
+    def __init__(self, func: Callable, spec: UdfSpec) -> None:
+        self.func = func
+        self.spec = spec
+
+    def __call__(self, *args: Any) -> Any:
+        *values, ids = args
+        try:
+            return self.func(*values)
+        except Exception as e:
+            record_failure(self.spec, ids, e, tuple(values))
+            if self.spec.on_error == "fail":
+                raise
+            return None
+
+
+class PandasUdf:
+    """A scalar pandas UDF (Series -> Series) with the rows' ids as its last Series. A batch
+    that raises is re-run row by row to find the rows that make it fail."""
+
+    def __init__(self, func: Callable, spec: UdfSpec) -> None:
+        self.func = func
+        self.spec = spec
+
+    def __call__(self, *series: Any) -> Any:
+        *values, ids = series
+        try:
+            return self.func(*values)
+        except Exception as error:
+            import pandas as pd
+
+            out = []
+            first_error: BaseException | None = None
+            for i in range(len(ids)):
+                one = [v.iloc[i : i + 1].reset_index(drop=True) for v in values]
+                try:
+                    out.append(pd.Series(self.func(*one)).reset_index(drop=True))
+                except Exception as e:
+                    first_error = first_error or e
+                    record_failure(self.spec, ids.iloc[i], e, tuple(v.iloc[0] for v in one))
+                    out.append(pd.Series([None]))
+            if first_error is None:  # only the whole batch fails: no row to blame
+                record_failure(self.spec, None, error)
+                raise
+            if self.spec.on_error == "fail":
+                raise first_error from None
+            return pd.concat(out, ignore_index=True)

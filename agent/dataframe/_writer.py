@@ -1,0 +1,93 @@
+"""`df.write`: DataFrameWriter's shape. The rows pass a tap (`_tap.WriteTap`, a
+`mapInArrow` before the writer) that journals them as the write's output records, with
+their lineage and the output location; the writer itself is vanilla."""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any
+
+from .._rdd import UnsupportedOperation
+from ._tap import TapSpec, WriteTap
+
+if TYPE_CHECKING:
+    from ._frame import LineageDataFrame
+
+_MODULES = ("agent.dataframe._tap",)
+
+
+class LineageWriter:
+    def __init__(self, frame: LineageDataFrame) -> None:
+        self._frame = frame
+        self._calls: list[tuple[str, tuple, dict]] = []
+        self._format: str | None = None
+
+    def _chain(self, name: str, *args: Any, **kwargs: Any) -> LineageWriter:
+        self._calls.append((name, args, kwargs))
+        return self
+
+    def mode(self, saveMode: str | None) -> LineageWriter:
+        return self._chain("mode", saveMode)
+
+    def format(self, source: str) -> LineageWriter:
+        self._format = source
+        return self._chain("format", source)
+
+    def option(self, key: str, value: Any) -> LineageWriter:
+        return self._chain("option", key, value)
+
+    def options(self, **options: Any) -> LineageWriter:
+        return self._chain("options", **options)
+
+    def partitionBy(self, *cols: Any) -> LineageWriter:
+        return self._chain("partitionBy", *cols)
+
+    def _run(self, method: str, target: str, *args: Any, **kwargs: Any) -> None:
+        frame = self._frame
+        agent = frame._agent
+        lin = frame._lin
+        df = frame._df
+        if lin:
+            plumbing = agent.plumbing
+            uri = target if "://" in target or method == "saveAsTable" else _file_uri(target)
+            cp = plumbing.output_cp("write", sorted(lin.cps), of=frame._name)
+            spec = TapSpec(plumbing.run_id, plumbing.writer_spec, cp, lin.longs, lin.arrays, uri)
+            with agent.capture_python(_MODULES):
+                df = df.mapInArrow(WriteTap(spec), frame.schema)
+        writer = df.write
+        for name, a, kw in self._calls:
+            writer = getattr(writer, name)(*a, **kw)
+        if not lin:
+            getattr(writer, method)(*args, **kwargs)
+            return
+        with agent.plumbing.action(frame, cp):
+            getattr(writer, method)(*args, **kwargs)
+
+    def save(self, path: str | None = None, format: str | None = None, **kw: Any) -> None:
+        if path is None:
+            raise UnsupportedOperation("write.save() without a path with lineage capture")
+        self._run("save", path, path, format, **kw)
+
+    def parquet(self, path: str, **kw: Any) -> None:
+        self._run("parquet", path, path, **kw)
+
+    def csv(self, path: str, **kw: Any) -> None:
+        self._run("csv", path, path, **kw)
+
+    def json(self, path: str, **kw: Any) -> None:
+        self._run("json", path, path, **kw)
+
+    def text(self, path: str, **kw: Any) -> None:
+        self._run("text", path, path, **kw)
+
+    def saveAsTable(self, name: str, **kw: Any) -> None:
+        self._run("saveAsTable", f"table:{name}", name, **kw)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        raise UnsupportedOperation(f"DataFrameWriter.{name} with lineage capture")
+
+
+def _file_uri(path: str) -> str:
+    return "file://" + os.path.abspath(path)

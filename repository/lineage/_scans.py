@@ -1,0 +1,391 @@
+"""Rows of DataFrame file scans, re-read from their files by position.
+
+A DataFrame source row is named (scan capture point, scan partition, position in the
+partition): the capture agent projects Spark's `monotonically_increasing_id()` directly over
+the scan, which is exactly that pair. Such rows are not stored one by one; the capture point's
+descriptor holds the scan's plan instead (files with sizes and mtimes, each partition's
+(file, start, length) pieces, the reader's line rules), and this module turns a position back
+into its line (CSV, JSON lines, text: byte offsets, as for `textFile`) or its Parquet row:
+
+- A piece owns the lines that start after its first newline (at its start when it starts the
+  file) and at or before its end: Hadoop's LineRecordReader rule, which Spark's line readers
+  use.
+- CSV drops blank lines (every byte <= 0x20, Java's `trim`), comment lines when a comment
+  character is set, and the header (the first line left) in each file's first piece. JSON
+  lines drop whitespace-only lines and refuse a line holding a top-level array (it would give
+  several rows). Text keeps every line.
+- Parquet: a piece reads the row groups whose midpoint lies inside it (parquet-mr's
+  `filterFileMetaDataByMidpoint`), every row of each (the agent turns filter pushdown off
+  under its ids, so no row group is skipped).
+
+Lines are found with numpy over a read-only map of the file; a partition's line table is
+cached (bounded in bytes), so a trace after the first one into a partition costs lookups.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import threading
+from collections import OrderedDict
+from typing import Any
+
+import numpy as np
+
+from .._errors import BadInput
+
+_CACHE_BYTES = 256 * 1024 * 1024
+_JSON_SPACE = np.array([0x20, 0x09, 0x0A, 0x0D], dtype=np.uint8)
+# Bytes scanned per numpy pass when finding lines: bounds the temporaries.
+_CHUNK = 16 * 1024 * 1024
+
+
+class SourceChanged(BadInput):
+    """A scanned file changed since the run read it: its rows cannot be re-read by position."""
+
+
+def scan_of(cp_descriptor: dict | None) -> dict | None:
+    """The scan plan a capture point's descriptor holds, if it is a DataFrame file scan."""
+    if not cp_descriptor:
+        return None
+    scan = cp_descriptor.get("scan")
+    return scan if isinstance(scan, dict) and "partitions" in scan else None
+
+
+class _Lines:
+    """One partition's rows of a line format: file index, start and end byte of each line
+    (end excludes the terminator)."""
+
+    __slots__ = ("ends", "file", "nbytes", "starts")
+
+    def __init__(self, file: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> None:
+        self.file, self.starts, self.ends = file, starts, ends
+        self.nbytes = file.nbytes + starts.nbytes + ends.nbytes + 64
+
+
+class ScanRows:
+    """Resolves positions of scan capture points to raw rows; thread-safe, cached."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._cache: OrderedDict[tuple, Any] = OrderedDict()
+        self._bytes = 0
+        self._checked: set[tuple] = set()
+
+    # -- public ----------------------------------------------------------------------------
+
+    def data(self, key: Any, scan: dict, partition: int, positions: np.ndarray) -> list:
+        """Raw rows at these positions of one partition: str lines (CSV, JSON, text) or
+        pyspark `Row`s (Parquet); None past the partition's end."""
+        self._check_files(key, scan)
+        if scan["format"] == "parquet":
+            return self._parquet_rows(key, scan, partition, positions)
+        lines = self.lines(key, scan, partition)
+        files = scan["files"]
+        out: list = [None] * len(positions)
+        by_file: dict[int, list[tuple[int, int, int]]] = {}
+        for k, pos in enumerate(np.asarray(positions, dtype=np.int64).tolist()):
+            if 0 <= pos < len(lines.starts):
+                fi = int(lines.file[pos])
+                by_file.setdefault(fi, []).append((int(lines.starts[pos]), int(lines.ends[pos]), k))
+        for fi, spans in by_file.items():
+            spans.sort()
+            with (
+                open(files[fi][0], "rb") as f,
+                mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm,
+            ):
+                for start, end, k in spans:
+                    raw = mm[start:end]
+                    out[k] = (raw[:-1] if raw.endswith(b"\r") else raw).decode("utf-8", "replace")
+        return out
+
+    def spans(self, key: Any, scan: dict, partition: int, positions: np.ndarray) -> list:
+        """(file path, offset, length) of each line (None past the end); line formats only."""
+        self._check_files(key, scan)
+        lines = self.lines(key, scan, partition)
+        out: list[tuple[str, int, int] | None] = []
+        for pos in np.asarray(positions, dtype=np.int64).tolist():
+            if 0 <= pos < len(lines.starts):
+                fi = int(lines.file[pos])
+                start = int(lines.starts[pos])
+                out.append((scan["files"][fi][0], start, int(lines.ends[pos]) - start))
+            else:
+                out.append(None)
+        return out
+
+    def count(self, key: Any, scan: dict, partition: int) -> int:
+        """How many rows the partition has."""
+        self._check_files(key, scan)
+        if scan["format"] == "parquet":
+            return int(sum(n for _, _, n in _parquet_groups(scan, partition)))
+        return len(self.lines(key, scan, partition).starts)
+
+    def position_of(self, key: Any, scan: dict, path: str, offset: int) -> tuple[int, int] | None:
+        """(partition, position) of the row whose line holds byte `offset` of `path`; None if
+        this scan read no such line (line formats only)."""
+        if scan["format"] == "parquet":
+            return None
+        target = os.path.realpath(path)
+        indexes = [i for i, f in enumerate(scan["files"]) if os.path.realpath(f[0]) == target]
+        if not indexes:
+            return None
+        self._check_files(key, scan)
+        for part, pieces in enumerate(scan["partitions"]):
+            if not any(fi in indexes for fi, _, _ in pieces):
+                continue
+            lines = self.lines(key, scan, part)
+            mine = np.flatnonzero(np.isin(lines.file, indexes))
+            if not len(mine):
+                continue
+            starts = lines.starts[mine]
+            j = int(np.searchsorted(starts, offset, side="right")) - 1
+            if j < 0:
+                continue
+            pos = int(mine[j])
+            # The line must hold the byte (terminator included): not a dropped line after it.
+            nxt = _next_line_start(scan["files"][int(lines.file[pos])][0], int(lines.ends[pos]))
+            if offset < nxt:
+                return part, pos
+        return None
+
+    # -- lines -----------------------------------------------------------------------------
+
+    def lines(self, key: Any, scan: dict, partition: int) -> _Lines:
+        ck = (key, "lines", partition)
+        hit = self._get(ck)
+        if hit is None:
+            hit = _partition_lines(scan, partition)
+            self._put(ck, hit, hit.nbytes)
+        return hit
+
+    def _get(self, ck: tuple) -> Any:
+        with self._lock:
+            hit = self._cache.get(ck)
+            if hit is None:
+                return None
+            self._cache.move_to_end(ck)
+            return hit[0]
+
+    def _put(self, ck: tuple, value: Any, nbytes: int) -> None:
+        with self._lock:
+            if ck in self._cache:
+                return
+            self._cache[ck] = (value, nbytes)
+            self._bytes += nbytes
+            while self._bytes > _CACHE_BYTES and len(self._cache) > 1:
+                _, (_, size) = self._cache.popitem(last=False)
+                self._bytes -= size
+
+    def _check_files(self, key: Any, scan: dict) -> None:
+        if key in self._checked:
+            return
+        for path, size, mtime_ns in scan["files"]:
+            try:
+                st = os.stat(path)
+            except OSError:
+                raise SourceChanged(
+                    f"source file {path} is gone: its rows cannot be re-read"
+                ) from None
+            if st.st_size != size or st.st_mtime_ns != mtime_ns:
+                raise SourceChanged(
+                    f"source file {path} changed since the run read it (size or mtime): "
+                    "its rows cannot be re-read by position"
+                )
+        self._checked.add(key)
+
+    # -- parquet ---------------------------------------------------------------------------
+
+    def _parquet_rows(self, key: Any, scan: dict, partition: int, positions: np.ndarray) -> list:
+        groups = _parquet_groups(scan, partition)
+        ends = np.cumsum([n for _, _, n in groups]) if groups else np.array([], dtype=np.int64)
+        pos = np.asarray(positions, dtype=np.int64)
+        which = np.searchsorted(ends, pos, side="right")
+        out: list = [None] * len(pos)
+        for g in np.unique(which).tolist():
+            if g >= len(groups):
+                continue
+            fi, rg, n = groups[g]
+            ks = np.flatnonzero((which == g) & (pos >= 0))
+            local = pos[ks] - (int(ends[g]) - n)
+            table = self._row_group(key, scan, fi, rg)
+            for k, values in zip(ks.tolist(), table.take(local).to_pylist()):
+                out[k] = _row(values)
+        return out
+
+    def _row_group(self, key: Any, scan: dict, fi: int, rg: int):
+        ck = (key, "rg", fi, rg)
+        hit = self._get(ck)
+        if hit is not None:
+            return hit
+        import pyarrow.parquet as pq
+
+        columns = scan.get("columns")
+        table = pq.ParquetFile(scan["files"][fi][0]).read_row_group(rg, columns=columns)
+        self._put(ck, table, int(table.nbytes) + 64)
+        return table
+
+
+def _row(values: dict):
+    from pyspark.sql import Row
+
+    return Row(**values)
+
+
+def _parquet_groups(scan: dict, partition: int) -> list[tuple[int, int, int]]:
+    """(file index, row group, rows) read by a partition, in read order."""
+    groups = scan["row_groups"]  # per file: [[midpoint, rows], ...]
+    out = []
+    for fi, start, length in scan["partitions"][partition]:
+        for rg, (mid, n) in enumerate(groups[fi]):
+            if start <= mid < start + length:
+                out.append((fi, rg, n))
+    return out
+
+
+def _next_line_start(path: str, end: int) -> int:
+    """Where the line after one ending (terminator excluded) at `end` starts."""
+    with open(path, "rb") as f:
+        f.seek(end)
+        tail = f.read(2)
+    return end + 2 if tail.startswith(b"\r\n") else end + 1
+
+
+def _partition_lines(scan: dict, partition: int) -> _Lines:
+    fmt = scan["format"]
+    files, starts, ends = [], [], []
+    for fi, start, length in scan["partitions"][partition]:
+        path = scan["files"][fi][0]
+        s, e = _piece_lines(path, start, length, scan["files"][fi][1])
+        if fmt in ("csv", "json") and len(s):
+            s, e = _drop_lines(scan, path, s, e, first_piece=start == 0)
+        files.append(np.full(len(s), fi, dtype=np.int32))
+        starts.append(s)
+        ends.append(e)
+    if not starts:
+        empty = np.array([], dtype=np.int64)
+        return _Lines(np.array([], dtype=np.int32), empty, empty)
+    return _Lines(np.concatenate(files), np.concatenate(starts), np.concatenate(ends))
+
+
+def _piece_lines(path: str, start: int, length: int, size: int) -> tuple[np.ndarray, np.ndarray]:
+    """Start and end (terminator excluded) of every line a piece owns."""
+    empty = np.array([], dtype=np.int64)
+    if size == 0:
+        return empty, empty
+    end = start + length
+    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+        if start > 0:
+            nl = mm.find(b"\n", start)
+            if nl < 0:
+                return empty, empty
+            begin = nl + 1
+        else:
+            begin = 0
+        if begin > end or begin >= size:
+            return empty, empty
+        # Newlines from `begin` through the one ending the last line that starts <= end.
+        stop = mm.find(b"\n", end) if end < size else -1
+        stop = size if stop < 0 else stop + 1
+        buf = np.frombuffer(mm, dtype=np.uint8, count=stop - begin, offset=begin)
+        try:
+            nls = [
+                np.flatnonzero(buf[i : i + _CHUNK] == 0x0A) + i for i in range(0, len(buf), _CHUNK)
+            ]
+            nl_pos = np.concatenate(nls) + begin if nls else empty
+            has_cr = buf.size and _has_bare_cr(buf)
+        finally:
+            del buf
+    line_starts = np.concatenate(([begin], nl_pos + 1))
+    line_ends = np.concatenate((nl_pos, [size]))  # the last may have no terminator
+    keep = (line_starts <= end) & (line_starts < size)
+    line_starts, line_ends = line_starts[keep], line_ends[keep]
+    if has_cr:
+        raise _bare_cr(path)
+    return line_starts.astype(np.int64), _strip_cr(path, line_starts, line_ends)
+
+
+def _has_bare_cr(buf: np.ndarray) -> bool:
+    cr = np.flatnonzero(buf == 0x0D)
+    if not len(cr):
+        return False
+    nxt = cr + 1
+    inside = nxt < len(buf)
+    return bool((buf[nxt[inside]] != 0x0A).any())
+
+
+def _bare_cr(path: str) -> BadInput:
+    return BadInput(
+        f"{path}: a line ends with a bare carriage return; such lines cannot be located by "
+        "position (only \\n and \\r\\n terminators are supported)"
+    )
+
+
+def _strip_cr(path: str, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Ends before a "\\r" of a "\\r\\n" terminator."""
+    if not len(ends):
+        return ends.astype(np.int64)
+    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+        arr = np.frombuffer(mm, dtype=np.uint8)
+        try:
+            prev = ends - 1
+            ok = prev >= starts
+            cr = np.zeros(len(ends), dtype=bool)
+            cr[ok] = arr[prev[ok]] == 0x0D
+        finally:
+            del arr
+    return (ends - cr).astype(np.int64)
+
+
+def _drop_lines(
+    scan: dict, path: str, starts: np.ndarray, ends: np.ndarray, first_piece: bool
+) -> tuple[np.ndarray, np.ndarray]:
+    """CSV / JSON lines: drop blank (and comment) lines, and a CSV file's header."""
+    fmt = scan["format"]
+    opts = scan.get("options", {})
+    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+        arr = np.frombuffer(mm, dtype=np.uint8)
+        try:
+            lo, hi = int(starts[0]), int(ends[-1])
+            region = arr[lo:hi]
+            # CSV drops lines Java's trim() empties; JSON lines Jackson finds no token in.
+            content = region > 0x20 if fmt == "csv" else ~np.isin(region, _JSON_SPACE)
+            rel = starts - lo
+            # Lines of zero length have no bytes: reduceat would report the next byte.
+            nonempty = ends > starts
+            has = np.zeros(len(starts), dtype=bool)
+            if nonempty.any():
+                idx = rel[nonempty]
+                sums = np.logical_or.reduceat(content, idx) if len(region) else idx < 0
+                # reduceat spans [idx[k], idx[k+1]): the same as the line plus its terminator,
+                # which holds no content byte.
+                has[nonempty] = sums
+            keep = has
+            comment = opts.get("comment")
+            if fmt == "csv" and comment:
+                c = ord(comment)
+                first = np.zeros(len(starts), dtype=bool)
+                first[nonempty] = arr[starts[nonempty]] == c
+                keep &= ~first
+            if fmt == "json":
+                _refuse_json_arrays(arr, starts[keep], ends[keep], path)
+        finally:
+            del arr, region, content
+    starts, ends = starts[keep], ends[keep]
+    if fmt == "csv" and opts.get("header") and first_piece and len(starts):
+        starts, ends = starts[1:], ends[1:]
+    return starts, ends
+
+
+def _refuse_json_arrays(arr: np.ndarray, starts: np.ndarray, ends: np.ndarray, path: str) -> None:
+    first = arr[starts]
+    lead_space = np.isin(first, _JSON_SPACE)
+    bad = first == ord("[")
+    for k in np.flatnonzero(lead_space).tolist():  # rare: find the first non-space byte
+        line = bytes(arr[int(starts[k]) : int(ends[k])]).lstrip(b" \t\r\n")
+        bad[k] = line.startswith(b"[")
+    if bad.any():
+        k = int(np.flatnonzero(bad)[0])
+        raise BadInput(
+            f"{path}: the JSON line at byte {int(starts[k])} holds a top-level array, which "
+            "Spark reads as several rows; such files cannot be traced by line"
+        )

@@ -1,0 +1,68 @@
+"""The Spark Connect client of `test_dataframe_connect.py`, in its own process:
+`python _connect_child.py sc://HOST:PORT WORKDIR`; exits non-zero if a check fails."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+
+def main(url: str, work: str) -> None:
+    from pyspark.sql import SparkSession, Window
+    from pyspark.sql import functions as F
+
+    from agent import LineageContext
+    from repository import ProvenanceRepository, RepositoryConfig
+
+    spark = SparkSession.builder.remote(url).getOrCreate()
+    assert "connect" in type(spark).__module__
+    orders = [(i, i % 5, "F" if i % 3 else "O") for i in range(40)]
+    items = [(i % 45, float(i)) for i in range(90)]
+    o_csv, i_csv = os.path.join(work, "o.csv"), os.path.join(work, "i.csv")
+    with open(o_csv, "w") as f:
+        f.write("okey,ckey,status\n" + "".join(f"{a},{b},{c}\n" for a, b, c in orders))
+    with open(i_csv, "w") as f:
+        f.write("okey,price\n" + "".join(f"{a},{b}\n" for a, b in items))
+    config = RepositoryConfig(sync="none", rollover_interval=3600)
+    with ProvenanceRepository.open(os.path.join(work, "repo"), config) as repo:
+        lc = LineageContext(spark, repo)
+        assert lc.sc is None
+
+        def query(reader):
+            o = reader.csv(o_csv, header=True, schema="okey INT, ckey INT, status STRING")
+            it = reader.csv(i_csv, header=True, schema="okey INT, price DOUBLE")
+            q = o.where(F.col("status") == "F").join(it, "okey").groupBy("ckey")
+            return o, q.agg(F.sum("price").alias("spent")).orderBy("ckey")
+
+        o, q = query(lc.read)
+        want = query(spark.read)[1].collect()
+        assert q.collect() == want
+        for row in want:
+            back = q.lineage().filter(lambda r, k=row.ckey: r["ckey"] == k).go_back_all()
+            okeys = {a for a, b, c in orders if c == "F" and b == row.ckey}
+            expect = {f"{a},{b},{c}" for a, b, c in orders if a in okeys}
+            expect &= {f"{a},{b},{c}" for a, b, c in orders if any(x == a for x, _ in items)}
+            expect |= {f"{a},{b}" for a, b in items if a in okeys}
+            assert set(back.collect()) == expect, row
+
+        # A window (Spark Connect spells it differently): each running sum's frame.
+        w = Window.partitionBy("ckey").orderBy("okey")
+        r = o.select("okey", "ckey", F.sum("okey").over(w).alias("running"))
+        lines = {a: f"{a},{b},{c}" for a, b, c in orders}
+        for row in r.collect():
+            back = r.lineage().filter(lambda x, k=row.okey: x["okey"] == k).go_back_all()
+            frame = {lines[a] for a, b, _ in orders if b == row.ckey and a <= row.okey}
+            assert set(back.collect()) == frame, row
+        # A write: its rows pass the mapInArrow tap in the server's Python workers.
+        out = os.path.join(work, "out")
+        r.write.parquet(out)
+        assert spark.read.parquet(out).count() == len(orders)
+        written = r.lineage()
+        assert len(written) == len(orders)
+        assert sorted(written.go_back_all().collect()) == sorted(lines.values())
+    spark.stop()
+    print("connect pipeline traced")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2])
