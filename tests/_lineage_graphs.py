@@ -87,6 +87,17 @@ class Graph:
             if (alive is None or c in alive) and want.intersection(ps)
         }
 
+    def edges_from(self, ids, alive: set[int] | None = None) -> list[tuple[int, int]]:
+        """(parent, child) for every stored association from one of `ids`, sorted."""
+        want = set(ids)
+        return sorted(
+            (p, c)
+            for c, ps in self.parents.items()
+            if alive is None or c in alive
+            for p in ps
+            if p in want
+        )
+
     def forward_trace(self, rid: int, alive: set[int] | None = None) -> set[int]:
         """As `LineageIndex.trace(forward=True)`: hop per capture point until nothing moves;
         records that cannot move stay in the result."""

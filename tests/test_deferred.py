@@ -17,7 +17,7 @@ import pytest
 from _lineage_graphs import COMBINE, RUN, Graph
 
 from agent import LineageContext, LineageRDD
-from journals import unpack_record_ids
+from journals import unique_ids, unpack_record_ids
 from repository import ProvenanceRepository, RepositoryConfig
 from repository.cli import main as cli
 from repository.lineage import DeferredError, _forward
@@ -67,7 +67,23 @@ def traces(repo, run) -> dict:
     line = ix.all_records(run, src)[17:18]
     fwd = LineageRDD(repo, run, line).go_next_all()
     ends = fwd.record_ids[unpack_record_ids(fwd.record_ids)[0] == out_cp]
-    return {"back": back, "fwd": sorted(v[0] for v in ix.record_data(run, ends))}
+    # The UI's edges between lines and combiner records (named by the word of the output
+    # each feeds: eager combiners keep no value), forward and backward.
+    lines = ix.all_records(run, src)[:60]
+    parents, kids = ix.child_pairs(run, lines)
+    word = {}
+    for kid in unique_ids(kids).tolist():
+        out = LineageRDD(repo, run, np.array([kid])).go_next_all().record_ids
+        (value,) = ix.record_data(run, out[unpack_record_ids(out)[0] == out_cp])
+        word[kid] = value[0]
+    forward = sorted((p, word[k]) for p, k in zip(parents.tolist(), kids.tolist()))
+    kids, parents = ix.parent_pairs(run, np.array(sorted(word)))
+    backward = sorted((word[k], p) for k, p in zip(kids.tolist(), parents.tolist()))
+    return {
+        "back": back,
+        "fwd": sorted(v[0] for v in ix.record_data(run, ends)),
+        "edges": (forward, backward),
+    }
 
 
 @pytest.mark.spark
@@ -85,6 +101,7 @@ def test_deferred_is_smaller_and_traces_as_eager(spark, zipf_path, tmp_path):
             )
             assert (combiner.deferred is not None) == (narrow == "deferred")
     assert got["deferred"][0] == got["eager"][0]
+    assert all(got["eager"][0]["edges"])  # edges were compared, not two empty lists
     assert got["deferred"][1] < 0.6 * got["eager"][1]
     # A fresh process (the CLI, read-only) re-derives the same: the chain is in the repository.
     for args in (["1:0:5", "--forward", "--data"], ["4:0:0", "--data"]):

@@ -55,6 +55,12 @@ def check_exact(repo, graph: Graph, alive: set[int] | None = None, samples: int 
         pick = rng.choice(ids, int(rng.integers(2, 40)), replace=False)
         got = set(ix.children(RUN, pick).tolist())
         assert got == graph.children_of(pick.tolist(), alive)
+        # The UI's edges: one (parent, child) per association, forward and backward.
+        parents, children = ix.child_pairs(RUN, pick)
+        assert sorted(zip(parents.tolist(), children.tolist())) == graph.edges_from(pick, alive)
+        children, parents = ix.parent_pairs(RUN, pick)
+        want = sorted((c, p) for c in pick.tolist() for p in graph.parents.get(c, []))
+        assert sorted(zip(children.tolist(), parents.tolist())) == want
     for rid in rng.choice(ids, samples, replace=False).tolist():
         got = set(ix.trace(RUN, np.array([rid]), forward=True)[0].tolist())
         assert got == graph.forward_trace(rid, alive), f"forward trace of {unpack_record_id(rid)}"
