@@ -73,20 +73,18 @@ def tables_of(out: str) -> dict[str, list[pa.Table]]:
 
 def write_like_export(tables: dict[str, list[pa.Table]], out: str) -> None:
     """Primitive: pyarrow writes the same tables with the export's settings."""
-    from repository._tables import DICTIONARY_COLUMNS, EDGES_SCHEMA, INT_COLUMNS
+    from repository._tableexport import ROW_GROUP_ROWS
+    from repository._tables import WRITER_OPTIONS
 
     os.makedirs(out, exist_ok=True)
     for name, tabs in tables.items():
-        ints = INT_COLUMNS if name == "events" else tuple(EDGES_SCHEMA.names)
         for k, t in enumerate(tabs):
             t = t.drop_columns([c for c in t.column_names if c == "run_id"])
             pq.write_table(
                 t,
                 os.path.join(out, f"{name}-{k}.parquet"),
-                row_group_size=1 << 18,
-                compression="zstd",
-                use_dictionary=[*DICTIONARY_COLUMNS, "details"] if name == "events" else False,
-                column_encoding={c: "DELTA_BINARY_PACKED" for c in ints},
+                row_group_size=ROW_GROUP_ROWS,
+                **WRITER_OPTIONS[name],
             )
 
 

@@ -41,11 +41,10 @@ from ._lock import OwnerLock
 from ._richcolumns import decode_rich
 from ._store import LogStore
 from ._tables import (
-    DICTIONARY_COLUMNS,
     EDGES_SCHEMA,
     EVENTS_SCHEMA,
-    INT_COLUMNS,
     SCHEMA_VERSION,
+    WRITER_OPTIONS,
     RunRows,
 )
 
@@ -130,14 +129,8 @@ class _Sink:
         self._pq: pq.ParquetWriter | None = None
         self._file = None
         if fmt == "parquet":
-            ints = INT_COLUMNS if table == "events" else tuple(EDGES_SCHEMA.names)
             self._pq = pq.ParquetWriter(
-                self.tmp,
-                schema.with_metadata(meta),
-                compression="zstd",
-                use_dictionary=[*DICTIONARY_COLUMNS, "details"] if table == "events" else False,
-                # Ids, offsets and times climb: delta-coded they cost a few bits a value.
-                column_encoding={c: "DELTA_BINARY_PACKED" for c in ints},
+                self.tmp, schema.with_metadata(meta), **WRITER_OPTIONS[table]
             )
         else:
             self._file = open(self.tmp, "wb")  # noqa: SIM115 - closed in commit/abort
@@ -207,22 +200,28 @@ class _Chunk:
         self.out, self.fmt, self.first, self.stop = out, fmt, first, stop
         self.sinks: dict[tuple[str, str], _Sink] = {}
         self._pools = pools
-        self._pending: deque[Future[None]] = deque()
+        self._pending: deque[tuple[str, Future[None]]] = deque()
         self._order: list[tuple[str, str]] = []  # (table, run) as first written: commit order
 
     def write(self, table: str, run: str, rows: pa.Table | Callable[[], pa.Table]) -> None:
-        """Write `rows` (or the table that function builds, on the writer thread)."""
+        """Write `rows` (or the table that function builds: on the writer thread while it
+        keeps up, else here, so the thread that is behind only writes)."""
+        if not isinstance(rows, pa.Table) and self._busy(table):
+            rows = rows()
         if isinstance(rows, pa.Table) and rows.num_rows == 0:
             return
         if (table, run) not in self._order:
             self._order.append((table, run))
-        self._pending.append(self._pools[table].submit(self._write, table, run, rows))
+        self._pending.append((table, self._pools[table].submit(self._write, table, run, rows)))
         while len(self._pending) > _IN_FLIGHT:
-            self._pending.popleft().result()  # raises what the writer raised
+            self._pending.popleft()[1].result()  # raises what the writer raised
+
+    def _busy(self, table: str) -> bool:
+        return any(t == table and not job.done() for t, job in self._pending)
 
     def _drain(self) -> None:
         while self._pending:
-            self._pending.popleft().result()
+            self._pending.popleft()[1].result()  # on an error, abort() waits for the rest
 
     def _write(self, table: str, run: str, rows: pa.Table | Callable[[], pa.Table]) -> None:
         if not isinstance(rows, pa.Table):
@@ -240,8 +239,10 @@ class _Chunk:
         # In a fixed order (events files, then edges; runs as first written), whichever
         # writer thread opened its file first.
         sinks = [self.sinks[k] for t in TABLES for k in self._order if k[0] == t]
-        for sink in sinks:
-            sink.close()
+        # Each table's files are closed (footer) and fsynced by its writer thread: the
+        # tables' in parallel.
+        self._pending.extend((s.table, self._pools[s.table].submit(s.close)) for s in sinks)
+        self._drain()
         for sink in sinks:
             os.replace(sink.tmp, sink.final)
         for d in {s.dir for s in sinks}:
@@ -249,9 +250,9 @@ class _Chunk:
         return [os.path.relpath(s.final, self.out) for s in sinks]
 
     def abort(self) -> None:
-        for job in self._pending:
+        for _, job in self._pending:
             job.cancel()
-        for job in self._pending:
+        for _, job in self._pending:
             with contextlib.suppress(BaseException):  # already failing: the first error wins
                 job.result()
         for sink in self.sinks.values():
@@ -354,7 +355,7 @@ class _Rows:
     def _write_events(self, rows: RunRows) -> None:
         self.report.events += rows.rows
         assert self.chunk is not None
-        self.chunk.write("events", rows.run_id, rows.take_events())  # built by the writer
+        self.chunk.write("events", rows.run_id, rows.take_events())
 
     def _write_edges(self, rows: RunRows) -> None:
         table = rows.take_edges()
