@@ -23,7 +23,7 @@ from journals import decode_event
 
 MAX_ITEMS = 64  # parents / attributes per event parsed in lockstep; more: decoded by msgspec
 _FIELDS = 13  # ProvenanceEvent's fields, in order (array_like)
-_PAD = 16  # zero bytes after the data, so fixed-width gathers never leave the buffer
+PAD = 16  # bytes after the data, so fixed-width gathers never leave the buffer
 
 
 def _tables() -> tuple[np.ndarray, ...]:
@@ -107,6 +107,26 @@ class RichColumns:
         sp = getattr(self, name) if name.startswith("attr_") else self.spans[name]
         return string_views(self.data, sp.start, sp.length, sp.present)
 
+    def same_string(self, name: str) -> str | None:
+        """The value of string column `name` when every event has that same one (and there
+        is at least one event), else None: compared 8 bytes at a time, no hashing (a group
+        of events mostly belongs to one run)."""
+        sp = self.spans[name]
+        if not self.n or not sp.present.all():
+            return None
+        size = int(sp.length[0])
+        if (sp.length != size).any():
+            return None
+        words = unaligned(self.data, "<u8")
+        for k in range(0, size, 8):
+            w = words[sp.start + k]
+            if size - k < 8:
+                w &= _LOW[size - k]
+            if (w != w[0]).any():
+                return None
+        first = int(sp.start[0])
+        return bytes(self.data[first : first + size]).decode()
+
     def select(self, idx: np.ndarray) -> RichColumns:
         """Events `idx` (ascending) only."""
         pidx = _csr_items(self.parent_counts, idx)
@@ -143,17 +163,25 @@ def _csr_items(counts: np.ndarray, rows: np.ndarray) -> np.ndarray:
 
 
 class _Parser:
-    """Lockstep reads over the events still `ok`; a bad read turns an event's `ok` off."""
+    """Lockstep reads over the events still `ok`; a bad read turns an event's `ok` off.
+
+    Each read first looks at the range of the type bytes: when they are all of one kind (all
+    fixints, all fixstrs, one and the same tag: the usual case, events of one run look
+    alike) it takes a path of a few whole-array operations; otherwise the general one, which
+    handles every tag per event. Both give the same values."""
 
     def __init__(self, buf: np.ndarray, starts: np.ndarray) -> None:
         self.buf = buf
         self.be = unaligned(buf, ">u8")
         self.p = starts.copy()
         self.ok = np.ones(len(starts), bool)
-        self.limit = len(buf) - _PAD
+        self.limit = len(buf) - PAD
 
-    def _tag(self) -> np.ndarray:
-        return self.buf[self.p]
+    def _tag(self) -> tuple[np.ndarray, int, int]:
+        tag = self.buf[self.p]
+        if not len(tag):
+            return tag, 0, 0
+        return tag, int(tag.min()), int(tag.max())
 
     def _after_tag(self, w: np.ndarray) -> np.ndarray:
         """The `w`-byte (0, 1, 2, 4 or 8) big-endian unsigned value after each tag byte;
@@ -167,13 +195,48 @@ class _Parser:
             out[idx] = raw >> (64 - 8 * w[idx]).astype(np.uint64)
         return out
 
-    def _advance(self, size: np.ndarray) -> None:
+    def _after_tag_all(self, w: int) -> np.ndarray:
+        """The `w`-byte (1, 2, 4 or 8) big-endian unsigned value after every tag byte."""
+        u: np.ndarray = self.be[self.p + 1].astype(np.uint64)
+        if w < 8:
+            u >>= np.uint64(64 - 8 * w)
+        return u
+
+    def _advance(self, size: np.ndarray | int) -> None:
         nxt = self.p + size
+        if len(nxt) and int(nxt.max()) <= self.limit:  # nothing runs past the data
+            self.p = nxt
+            return
         self.ok &= nxt <= self.limit
         self.p = np.where(self.ok, nxt, self.p)
 
     def int_(self) -> np.ndarray:
-        tag = self._tag()
+        tag, lo, hi = self._tag()
+        if hi < 0x80:  # positive fixints: the value is the tag
+            self._advance(1)
+            return tag.astype(np.int64)
+        if lo >= 0xE0:  # negative fixints
+            self._advance(1)
+            return tag.astype(np.int64) - 256
+        w = int(_INT_W[lo])
+        if lo == hi and w > 0:  # one tag: one width, one signedness
+            u = self._after_tag_all(w)
+            if _INT_SIGNED[lo]:
+                if w < 8:  # sign-extend: shift the value to the top, shift back down
+                    u <<= np.uint64(64 - 8 * w)
+                    v = u.view(np.int64)
+                    v >>= 64 - 8 * w
+                else:
+                    v = u.view(np.int64)
+            else:
+                if w == 8:  # past int64: not an int64 column value, msgspec decodes it
+                    self.ok &= u < np.uint64(1 << 63)
+                v = u.view(np.int64)
+            self._advance(1 + w)
+            return v
+        return self._int_any(tag)
+
+    def _int_any(self, tag: np.ndarray) -> np.ndarray:
         w = _INT_W[tag]
         self.ok &= w >= 0
         w = np.maximum(w, 0)
@@ -195,7 +258,22 @@ class _Parser:
 
     def str_(self, nullable: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(start, length, present) of a string at each position (nil allowed if nullable)."""
-        tag = self._tag()
+        tag, lo, hi = self._tag()
+        if _STR_HEAD[lo] == 1 and _STR_HEAD[hi] == 1:  # fixstrs (0xa0-0xbf): length in tag
+            n = (tag & 0x1F).astype(np.int64)
+            start = self.p + 1
+            self._advance(1 + n)
+            return start, n, np.ones(len(tag), bool)
+        if lo == hi and _STR_HEAD[lo] > 1:  # str8/16/32, all alike
+            head = int(_STR_HEAD[lo])
+            n = self._after_tag_all(int(_STR_W[lo])).astype(np.int64)
+            start = self.p + head
+            self._advance(head + n)
+            return start, n, np.ones(len(tag), bool)
+        if nullable and lo == hi == 0xC0:  # all nil
+            start = self.p + 1
+            self._advance(1)
+            return start, np.zeros(len(tag), np.int64), np.zeros(len(tag), bool)
         head = _STR_HEAD[tag]
         nil = (tag == 0xC0) if nullable else np.zeros(len(tag), bool)
         self.ok &= (head > 0) | nil
@@ -208,7 +286,10 @@ class _Parser:
 
     def count(self, head_t: np.ndarray, width_t: np.ndarray, nullable: bool = False):
         """(count, present) of an array or map header (nil allowed if nullable)."""
-        tag = self._tag()
+        tag, lo, hi = self._tag()
+        if head_t[lo] == 1 and lo >> 4 == hi >> 4:  # fixarrays / fixmaps: count in tag
+            self._advance(1)
+            return (tag & 0x0F).astype(np.int64), np.ones(len(tag), bool)
         head = head_t[tag]
         nil = (tag == 0xC0) if nullable else np.zeros(len(tag), bool)
         self.ok &= (head > 0) | nil
@@ -219,21 +300,30 @@ class _Parser:
         return c, ~nil
 
     def sub(self, idx: np.ndarray) -> _Parser:
-        """A parser over the events `idx` only (for variable-length items)."""
+        """A parser over the events `idx` only (for variable-length items); this one when
+        `idx` is every event."""
+        if len(idx) == len(self.p):
+            return self
         s = _Parser.__new__(_Parser)
         s.buf, s.be, s.limit = self.buf, self.be, self.limit
         s.p, s.ok = self.p[idx], self.ok[idx].copy()
         return s
 
     def merge(self, idx: np.ndarray, s: _Parser) -> None:
-        self.p[idx] = s.p
-        self.ok[idx] = s.ok
+        if s is not self:
+            self.p[idx] = s.p
+            self.ok[idx] = s.ok
 
 
 def decode_rich(data: bytes, starts: np.ndarray, ends: np.ndarray, event_ids: np.ndarray):
-    """Columns of the rich events encoded at data[starts[k]:ends[k]] (ids `event_ids`)."""
+    """Columns of the rich events encoded at data[starts[k]:ends[k]] (ids `event_ids`).
+    `data` is copied once with `PAD` bytes appended unless it already has them after the
+    last event."""
     n = len(starts)
-    buf = np.frombuffer(data + bytes(_PAD), dtype=np.uint8)
+    if n and len(data) - PAD >= int(np.max(ends)):
+        buf = np.frombuffer(data, dtype=np.uint8)  # the caller left room: no copy
+    else:
+        buf = np.frombuffer(data + bytes(PAD), dtype=np.uint8)
     ps = _Parser(buf, np.asarray(starts, np.int64))
     cnt, _ = ps.count(_ARR_HEAD, _ARR_W)
     ps.ok &= cnt == _FIELDS
@@ -334,9 +424,9 @@ def decode_rich(data: bytes, starts: np.ndarray, ends: np.ndarray, event_ids: np
             offset[k] = 0 if loc is None else loc.offset
             length[k] = 0 if loc is None else loc.length
     if extra:
-        buf = np.frombuffer(data + bytes(extra) + bytes(_PAD), dtype=np.uint8)
-    pv = parents.sorted()
-    av = attrs.sorted()
+        buf = np.frombuffer(data + bytes(extra) + bytes(PAD), dtype=np.uint8)
+    pv = parents.sorted(pcount)
+    av = attrs.sorted(acount)
     ones = np.ones(len(av[0]), bool)
     return RichColumns(
         n=n,
@@ -382,7 +472,9 @@ class _Entries:
     def add(self, event: int, level: int, *values: int) -> None:
         self.extra.append((event, level, *values))
 
-    def sorted(self) -> list[np.ndarray]:
+    def sorted(self, counts: np.ndarray) -> list[np.ndarray]:
+        """Each column's values ordered by event, then level (`counts`: items per event). An
+        item's place is its event's first place plus its level: a scatter, no sort."""
         ev = [*self.ev]
         lvl = [*self.lvl]
         cols = [[*c] for c in self.cols]
@@ -394,9 +486,20 @@ class _Entries:
                 c.append(x[:, 2 + i])
         if not ev:
             return [np.zeros(0, np.int64) for _ in self.cols]
-        e, lv = np.concatenate(ev), np.concatenate(lvl)
-        order = np.lexsort((lv, e))
-        return [np.concatenate(c).astype(np.int64)[order] for c in cols]
+        total = int(counts.sum())
+        n = len(counts)
+        if not self.extra and all(len(e) == n for e in ev) and len(ev) * n == total:
+            # Every event has the same number of items: levels interleave.
+            return [np.stack(c, axis=1).reshape(total).astype(np.int64, copy=False) for c in cols]
+        first = np.cumsum(counts) - counts
+        where = first[np.concatenate(ev)] + np.concatenate(lvl)
+        assert len(where) == total, "every item of every event, once"
+        out = []
+        for c in cols:
+            col = np.empty(total, np.int64)
+            col[where] = np.concatenate(c)
+            out.append(col)
+        return out
 
 
 def unaligned(buf: np.ndarray, dtype: str) -> np.ndarray:

@@ -38,6 +38,7 @@ from ._blocks import BatchSlice, Entry, EventRun
 from ._errors import BadInput, RepositoryLocked, check_id
 from ._export import TableExport
 from ._lock import OwnerLock
+from ._richcolumns import PAD as _RICH_PAD
 from ._richcolumns import decode_rich
 from ._store import LogStore
 from ._tables import (
@@ -331,17 +332,24 @@ class _Rows:
             ids.append(np.arange(e.first_id + a, e.first_id + b, dtype=np.int64))
             base += hi - lo
         self._rich, self._rich_n = [], 0
+        datas.append(bytes(_RICH_PAD))  # room for decode_rich's fixed-width reads: no copy
         cols = decode_rich(
             b"".join(datas), np.concatenate(starts), np.concatenate(ends), np.concatenate(ids)
         )
-        enc = cols.strings("run_id").dictionary_encode()
-        runs = enc.dictionary.to_pylist()
-        codes = enc.indices.to_numpy(zero_copy_only=False)
+        one = cols.same_string("run_id")
+        codes: np.ndarray | None = None
+        if one is not None:
+            runs = [one]
+        else:
+            enc = cols.strings("run_id").dictionary_encode()
+            runs = enc.dictionary.to_pylist()
+            codes = enc.indices.to_numpy(zero_copy_only=False)
         for k, run in enumerate(runs):
             if self.run is not None and run != self.run:
                 continue
             rows = self._rows(run)
-            rows.add_rich(cols if len(runs) == 1 else cols.select(np.flatnonzero(codes == k)))
+            one_run = codes is None or len(runs) == 1
+            rows.add_rich(cols if one_run else cols.select(np.flatnonzero(codes == k)))
             self._spill(rows)
 
     def _spill(self, rows: RunRows) -> None:

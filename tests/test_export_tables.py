@@ -306,6 +306,30 @@ def test_lockstep_decoding_equals_msgspec(events, data):
         assert items == list(e.attributes.items())
 
 
+@pytest.mark.parametrize("size", [5, 8, 15, 16, 21])
+def test_runs_named_alike_are_told_apart(tmp_path, size):
+    """Rich events are split by run without hashing when a group holds one run: run ids of
+    the same length that differ only in their last byte (within or at the end of a word)."""
+    a, b = "r" * (size - 1) + "a", "r" * (size - 1) + "b"
+    evs = [make_event(i, run=b if i % 7 == 3 else a) for i in range(2000)]
+    parts = [msgspec.msgpack.encode(e) for e in evs]
+    ends = np.cumsum([len(p) for p in parts])
+    cols = decode_rich(b"".join(parts), ends - [len(p) for p in parts], ends, np.arange(2000))
+    assert cols.same_string("run_id") is None
+    assert cols.select(np.arange(0, 2000, 7)).same_string("run_id") == a
+    assert cols.select(np.arange(3, 2000, 7)).same_string("run_id") == b
+    with ProvenanceRepository.open(tmp_path / "repo", CONFIG) as repo:
+        repo.register_events(evs)
+        repo.rollover()
+        out = tmp_path / "out"
+        repo.export_parquet(out)
+        rows, edges = expected(repo)
+        got_rows, got_edges = parquet_rows(out)
+        assert by_id(got_rows) == rows
+        assert sorted(got_edges) == sorted(edges)
+        assert sorted({r[0] for r in got_rows}) == [a, b]
+
+
 def test_jsonl_holds_the_same_rows(filled, tmp_path):
     out = tmp_path / "out"
     filled.export_jsonl(out, chunk_events=900)
