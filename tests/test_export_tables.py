@@ -278,6 +278,75 @@ def test_lockstep_decoding_equals_msgspec(events, data):
     keep = sorted(data.draw(st.sets(st.integers(0, len(events) - 1))))
     if keep:
         cols, events = cols.select(np.array(keep)), [events[k] for k in keep]
+    assert_columns_equal(cols, events)
+
+
+# msgpack's int and string encodings, by the range of values that take each one
+_INT_KINDS = [
+    (0, 127),  # positive fixint
+    (-32, -1),  # negative fixint
+    (128, 255),  # uint8
+    (256, 2**16 - 1),  # uint16
+    (2**16, 2**32 - 1),  # uint32
+    (2**32, 2**63 - 1),  # uint64
+    (-128, -33),  # int8
+    (-(2**15), -129),  # int16
+    (-(2**31), -(2**15) - 1),  # int32
+    (-(2**63), -(2**31) - 1),  # int64
+]
+_STR_KINDS = [(0, 31), (32, 255), (256, 300)]  # fixstr, str8, str16 (lengths)
+
+
+@settings(deadline=None, max_examples=80)
+@given(st.data())
+def test_lockstep_fast_paths_equal_msgspec(data):
+    """Events whose fields all take one msgpack encoding each (the usual case, read with
+    whole-array steps), for every encoding, equal msgspec's decoding."""
+    n = data.draw(st.integers(1, 40))
+
+    def ints():
+        lo, hi = data.draw(st.sampled_from(_INT_KINDS))
+        return st.integers(lo, hi)
+
+    def text():
+        lo, hi = data.draw(st.sampled_from(_STR_KINDS))
+        if hi < 32:  # fixstrs, some with 2-byte characters
+            return st.text(st.sampled_from("ab\u00e9"), max_size=hi // 2)
+        return st.text(st.sampled_from("ab"), min_size=lo, max_size=hi)
+
+    f = {k: ints() for k in ("time", "part", "att", "rid", "par", "off", "len", "eid")}
+    s = {k: text() for k in ("type_", "run", "comp", "ctype", "uri", "key", "val", "det")}
+    npar, nattr = data.draw(st.integers(0, 3)), data.draw(st.integers(0, 3))
+    loc, det = data.draw(st.booleans()), data.draw(st.booleans())
+    events = [
+        ProvenanceEvent(
+            data.draw(f["time"]),
+            data.draw(st.sampled_from(list(EventType))),
+            data.draw(s["run"]),
+            data.draw(s["comp"]),
+            data.draw(s["ctype"]),
+            data.draw(f["part"]),
+            data.draw(f["att"]),
+            data.draw(f["rid"]),
+            [data.draw(f["par"]) for _ in range(npar)],
+            {f"{j}" + data.draw(s["key"]): data.draw(s["val"]) for j in range(nattr)},
+            Location(data.draw(s["uri"]), data.draw(f["off"]), data.draw(f["len"]))
+            if loc
+            else None,
+            data.draw(s["det"]) if det else None,
+            data.draw(f["eid"]),
+        )
+        for _ in range(n)
+    ]
+    parts = [msgspec.msgpack.encode(e) for e in events]
+    lens = np.array([len(p) for p in parts])
+    ends = np.cumsum(lens)
+    cols = decode_rich(b"".join(parts), ends - lens, ends, np.arange(n))
+    assert_columns_equal(cols, events)
+
+
+def assert_columns_equal(cols, events) -> None:
+    """The decoded columns hold exactly the events' values."""
     names = ("event_type", "run_id", "component_id", "component_type", "uri", "details")
     s = {k: cols.strings(k).to_pylist() for k in (*names, "attr_keys", "attr_values")}
     pc = np.r_[0, np.cumsum(cols.parent_counts)]
