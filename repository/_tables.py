@@ -291,6 +291,10 @@ class RunRows:
 
     # -- taking ------------------------------------------------------------------------------
 
+    def first_event_id(self) -> int:
+        """The id of the first event held (there is one)."""
+        return int(self._ints["event_id"][0][0])
+
     def take_events(self) -> Callable[[], pa.Table]:
         """The events added so far (then forgotten), as a function that builds their table:
         cheap here, the work done where it is called (a writer thread)."""

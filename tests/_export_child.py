@@ -1,11 +1,13 @@
 """Child process for the export resume tests: `provrepo export` in small chunks, killed with
 SIGKILL by itself at a chosen point, or by the parent at a random moment.
 
-    _export_child.py REPO OUT POINT [CHUNK]
+    _export_child.py REPO OUT POINT [CHUNK [SEGMENT]]
 
 POINT: rename:N (die right after the N-th file of a chunk is renamed into place, before the
 cursor moves), commit:N (die right after the N-th cursor move), slow (no fault; a pause after
-each chunk so the parent can kill it anywhere), none.
+each chunk so the parent can kill it anywhere), none. SEGMENT (0: the default): events
+files of about that many rows, written in row groups of 64 (rich events parsed 50 at a
+time).
 """
 
 from __future__ import annotations
@@ -69,5 +71,9 @@ if __name__ == "__main__":
     with ProvenanceRepository.open(sys.argv[1], read_only=True) as repo:
         print("ready", flush=True)
         chunk = int(sys.argv[4]) if len(sys.argv) > 4 else CHUNK
+        if len(sys.argv) > 5 and int(sys.argv[5]):
+            import repository._tableexport as tx
+
+            tx.SEGMENT_ROWS, tx.ROW_GROUP_ROWS, tx._RICH_GROUP = int(sys.argv[5]), 64, 50
         repo.export_parquet(sys.argv[2], chunk_events=chunk)
     print("done", flush=True)

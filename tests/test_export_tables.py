@@ -4,6 +4,7 @@ nothing. (Spark reading the tables, and DuckDB tracing a captured run: test_expo
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import random
@@ -23,6 +24,7 @@ from _faults import TESTS, tree_hash, wait_for_line
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import repository._tableexport as tx
 from journals import EventType, LineageBatch, Location, ProvenanceEvent, record_id_base
 from repository import BadInput, ProvenanceRepository, RepositoryConfig
 from repository._richcolumns import decode_rich
@@ -201,7 +203,15 @@ def by_id(rows: list) -> list:
 # -- tests -----------------------------------------------------------------------------------
 
 
-def test_parquet_holds_every_event_as_get_events_decodes_it(filled, tmp_path):
+@pytest.mark.parametrize("segment", [None, 150])
+def test_parquet_holds_every_event_as_get_events_decodes_it(filled, tmp_path, monkeypatch, segment):
+    """segment: a run's events of a chunk split into files of ~that many rows (written by two
+    threads), in row groups of 64 rows, rich events parsed 50 at a time (the default sizes
+    never split the test data)."""
+    if segment is not None:
+        monkeypatch.setattr(tx, "SEGMENT_ROWS", segment)
+        monkeypatch.setattr(tx, "ROW_GROUP_ROWS", 64)
+        monkeypatch.setattr(tx, "_RICH_GROUP", 50)
     out = tmp_path / "out"
     rep = filled.export_parquet(out, chunk_events=700)  # several chunks, files per chunk
     rows, edges = expected(filled)
@@ -214,8 +224,10 @@ def test_parquet_holds_every_event_as_get_events_decodes_it(filled, tmp_path):
     # Hive directories percent-encode the run; every file is sorted by id, zstd, versioned,
     # and microsecond UTC timestamps (Spark rejects nanoseconds).
     assert os.path.isdir(out / "events" / "run_id=run%2F2%20%C3%A9")
-    files = [os.path.join(d, f) for d, _, fs in os.walk(out / "events") for f in fs]
+    files = sorted(os.path.join(d, f) for d, _, fs in os.walk(out / "events") for f in fs)
     assert len(files) > 2 and all(os.path.basename(f).startswith("part-") for f in files)
+    chunk_firsts = set(range(1, filled.max_event_id + 1, 700))
+    ranges: dict[str, list[tuple[int, int]]] = {}
     for f in files:
         meta = pq.read_metadata(f)
         kv = meta.metadata
@@ -223,8 +235,18 @@ def test_parquet_holds_every_event_as_get_events_decodes_it(filled, tmp_path):
         assert kv[b"provrepo.table"] == b"events"
         ids = pq.read_table(f, columns=["event_id"]).column(0).to_pylist()
         assert ids == sorted(ids)
-        assert int(kv[b"provrepo.first_event_id"]) <= ids[0]
-        assert ids[-1] < int(kv[b"provrepo.stop_event_id"])
+        first, stop = int(kv[b"provrepo.first_event_id"]), int(kv[b"provrepo.stop_event_id"])
+        assert first <= ids[0] and ids[-1] < stop
+        assert os.path.basename(f) == f"part-{first:020d}.parquet"
+        ranges.setdefault(os.path.dirname(f), []).append((first, stop))
+    # A run's files cover consecutive id ranges: a chunk's first file from the chunk's first
+    # id, each next one from where the one before stops, the last to the chunk's end.
+    for spans in ranges.values():
+        for (a, b), (c, _) in itertools.pairwise(spans):
+            assert a < b <= c and (b == c or c in chunk_firsts)
+        assert all(a in chunk_firsts or any(b == a for _, b in spans) for a, _ in spans)
+    if segment is not None:  # split: more files than chunks in a run
+        assert max(len(v) for v in ranges.values()) > len(chunk_firsts)
         assert meta.row_group(0).column(0).compression == "ZSTD"
         assert (
             str(meta.schema.to_arrow_schema().field("event_time").type) == "timestamp[us, tz=UTC]"
@@ -594,10 +616,19 @@ def expected_from(path: str) -> tuple[list, list]:
 
 
 def run_child(
-    repo: str, out: str, point: str, kill_after: float | None = None, chunk: int = 1000
+    repo: str,
+    out: str,
+    point: str,
+    kill_after: float | None = None,
+    chunk: int = 1000,
+    segment: int = 0,
 ) -> int:
     proc = subprocess.Popen(
-        [sys.executable, os.path.join(TESTS, "_export_child.py"), repo, out, point, str(chunk)],
+        [
+            sys.executable,
+            os.path.join(TESTS, "_export_child.py"),
+            *(repo, out, point, str(chunk), str(segment)),
+        ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -613,14 +644,15 @@ def run_child(
     return proc.returncode
 
 
-@pytest.mark.parametrize("point", ["rename:1", "rename:7", "commit:2", "random"])
+@pytest.mark.parametrize("point", ["rename:1", "rename:7", "commit:2", "random", "segments"])
 def test_resume_after_kill_duplicates_and_loses_nothing(tmp_path, point):
     """Killed between a chunk's renames, after a cursor move, or anywhere; resumed in chunks
     of another size. rename:7 dies in the fourth chunk, the first holding both runs, once the
     second run's events file and the first run's edges file are in place (files are renamed
     events first, then edges, runs in order): resumed in smaller chunks, the second run's file
     name never comes back, so only the cleanup of uncommitted files keeps its rows from being
-    doubled."""
+    doubled. segments: events split into files of ~150 rows (several per run and chunk), killed
+    after the fifth file of a chunk is renamed, resumed in other chunks and files."""
     with ProvenanceRepository.open(tmp_path / "repo", CONFIG) as repo:
         fill(repo)
         rows, edges = expected(repo)
@@ -633,6 +665,11 @@ def test_resume_after_kill_duplicates_and_loses_nothing(tmp_path, point):
             kills += 1
             assert kills < 40, "the export never finished"
         assert kills >= 1
+    elif point == "segments":
+        assert run_child(repo_path, out, "rename:5", segment=150) == -signal.SIGKILL
+        killed, _ = parquet_rows(out)
+        assert 0 < len(killed) < len(rows)
+        assert run_child(repo_path, out, "none", chunk=700, segment=100) == 0
     else:
         assert run_child(repo_path, out, point) == -signal.SIGKILL
         killed, _ = parquet_rows(out)
