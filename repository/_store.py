@@ -5,8 +5,11 @@ from __future__ import annotations
 import logging
 import threading
 from bisect import bisect_right
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Iterator
+from concurrent.futures import Executor, Future
+from functools import partial
+from itertools import takewhile
 
 from journals import ProvenanceEvent, listdir
 
@@ -161,20 +164,25 @@ class LogStore:
                 self._vanished(reader)
             pos = max(pos, reader.next_id)
 
-    def entries(self, first_id: int, stop_id: int) -> Iterator[Entry]:
+    def entries(
+        self, first_id: int, stop_id: int, prefetch: Executor | None = None
+    ) -> Iterator[Entry]:
         """The stored block entries (rich-event runs, lineage batch slices) holding ids in
         [first_id, stop_id), in id order, undecoded beyond the block: for columnar readers
-        (export). Entries may reach past either end; vanished logs are skipped."""
+        (export). Entries may reach past either end; vanished logs are skipped. With
+        `prefetch`, the next blocks are read and decompressed there (zstd releases the GIL)
+        while the caller works on this one."""
         pos = first_id
         while pos < stop_id:
             reader = self._reader_from(pos)
             if reader is None or reader.first_id >= stop_id:
                 return
+            first_block = reader.block_index(max(pos, reader.first_id))
+            before_stop = partial(_block_before, reader, stop_id)
+            wanted = takewhile(before_stop, range(first_block, reader.blocks))
             try:
-                for bi in range(reader.block_index(max(pos, reader.first_id)), reader.blocks):
-                    if reader.block_first_id(bi) >= stop_id:
-                        break
-                    for e in reader.read_block(bi):
+                for block in _read_ahead(reader, wanted, prefetch):
+                    for e in block:
                         if e.first_id + e.count <= pos:
                             continue
                         if e.first_id >= stop_id:
@@ -195,6 +203,27 @@ class LogStore:
     def _vanished(self, reader: LogReader) -> None:
         log.info("event log %s vanished (aged off); skipping it", reader.path)
         self.remove(reader.first_id)
+
+
+def _block_before(reader: LogReader, stop_id: int, bi: int) -> bool:
+    return reader.block_first_id(bi) < stop_id
+
+
+def _read_ahead(
+    reader: LogReader, blocks: Iterator[int], prefetch: Executor | None, depth: int = 2
+) -> Iterator[list[Entry]]:
+    """The decoded blocks, in order; up to `depth` of them read ahead on `prefetch`."""
+    if prefetch is None:
+        for bi in blocks:
+            yield reader.read_block(bi)
+        return
+    ahead: deque[Future[list[Entry]]] = deque()
+    for bi in blocks:
+        ahead.append(prefetch.submit(reader.read_block, bi))
+        if len(ahead) > depth:
+            yield ahead.popleft().result()
+    while ahead:
+        yield ahead.popleft().result()
 
 
 def _num(stem: str) -> int:

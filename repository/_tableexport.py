@@ -510,8 +510,10 @@ def _export(
         t: [ThreadPoolExecutor(1, f"provrepo-export-{t}-{k}") for k in range(LANES[t])]
         for t in TABLES
     }
+    # And one that reads and decompresses the next blocks while this thread parses.
+    reader = ThreadPoolExecutor(1, "provrepo-export-read")
     with bar, contextlib.ExitStack() as stack:
-        for pool in (p for lanes in pools.values() for p in lanes):
+        for pool in (reader, *(p for lanes in pools.values() for p in lanes)):
             stack.enter_context(pool)
         pos = start
         while pos < end:
@@ -519,7 +521,7 @@ def _export(
             chunk = rows.chunk = _Chunk(out, fmt, pos, stop, pools)
             try:
                 expect = pos
-                for entry, lo, hi in _clipped(store, pos, stop):
+                for entry, lo, hi in _clipped(store, pos, stop, reader):
                     if lo > expect:
                         _skip(report, expect, lo)
                     rows.add(entry, lo, hi)
@@ -542,8 +544,10 @@ def _export(
     return report
 
 
-def _clipped(store: LogStore, pos: int, stop: int) -> Iterator[tuple[Entry, int, int]]:
-    for e in store.entries(pos, stop):
+def _clipped(
+    store: LogStore, pos: int, stop: int, prefetch: ThreadPoolExecutor
+) -> Iterator[tuple[Entry, int, int]]:
+    for e in store.entries(pos, stop, prefetch):
         lo, hi = max(pos, e.first_id), min(stop, e.first_id + e.count)
         if lo < hi:
             yield e, lo, hi
