@@ -131,7 +131,7 @@ class _Sink:
         self.final = os.path.join(self.dir, _part_name(first, fmt))
         self.tmp = os.path.join(self.dir, "." + _part_name(first, fmt) + ".tmp")
         self.fmt, self.table, self.run, self.first, self.lane = fmt, table, run, first, lane
-        self.rows = 0
+        self.rows = 0  # rows handed to it (counted by the chunk, as they are queued)
         meta = _metadata(table, run, first)
         schema = EVENTS_SCHEMA if table == "events" else EDGES_SCHEMA
         self._pq: pq.ParquetWriter | None = None
@@ -144,7 +144,6 @@ class _Sink:
             self._file = open(self.tmp, "wb")  # noqa: SIM115 - closed in commit/abort
 
     def write(self, table: pa.Table) -> None:
-        self.rows += table.num_rows
         if self._pq is not None:
             self._pq.write_table(table, row_group_size=ROW_GROUP_ROWS)
         else:
