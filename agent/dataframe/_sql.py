@@ -18,9 +18,14 @@ query block also outputs its rows' lineage columns; Spark then runs the rewritte
     the subquery's rows grouped by the distinct values of the outer columns it refers to
     (any correlation predicate, equalities or not);
   * `NOT IN` / `NOT EXISTS`: nothing (an anti-join contributes no row).
+- Window functions (`f(...) OVER (...)`, named windows too): ranking functions add nothing
+  to the row's lineage; `lag` / `lead` add the row at the offset (the same call over the
+  row's ids); any other function adds every row of its frame (`collect_list` of the ids over
+  the same window). In an aggregate block the ids are the group's, so a frame brings every
+  row of its groups.
 - Captured UDFs (`lc.udf.register`) get the row's ids as a hidden last argument.
 
-Anything else that would lose lineage (INTERSECT, EXCEPT, window functions, lateral views,
+Anything else that would lose lineage (INTERSECT, EXCEPT, lateral views,
 LEFT SEMI JOIN, tables that are not lineage views, correlated subqueries outside WHERE, ...)
 raises `UnsupportedOperation` naming the construct.
 """
@@ -178,14 +183,15 @@ class SqlRewriter:
             for sub, _ in self._subqueries(e):
                 extra.append(self._contribution(sel, sub, items, ctes, uncorrelated_only="SELECT"))
         self._udf_calls(sel, items)
-        if any(isinstance(w, E.Window) for e in sel.expressions for w in self._local(e, E.Window)):
-            raise UnsupportedOperation("lc.sql: window functions (use the DataFrame API)")
+        windows = [w for e in sel.expressions for w in self._local(e, E.Window)]
         refs = [(it.alias, n, k) for it in items for n, k in it.lin]
         aggregate = (
             sel.args.get("group") is not None
             or having is not None
-            or any(self._local(e, E.AggFunc) for e in sel.expressions)
+            or any(self._group_aggs(e) for e in sel.expressions)
         )
+        if windows and sel.args.get("distinct") is not None:
+            raise UnsupportedOperation("lc.sql: SELECT DISTINCT with window functions")
         if sel.args.get("distinct") is not None and not aggregate:
             if any(
                 isinstance(e, E.Star) or (isinstance(e, E.Column) and e.is_star)
@@ -207,23 +213,77 @@ class SqlRewriter:
                 for a, c, how in extra
             ]
             name = merged or fresh()
-            sel.append("expressions", E.alias_(_concat(E, parts), name))
+            group_ids = _concat(E, parts)
+            framed = self._window_lineage(windows, group_ids)
+            sel.append("expressions", E.alias_(_concat(E, [group_ids, *framed]), name))
             return Rel([(name, ARRAY)])
         row = [(a, n, k) for a, n, k in refs] + [(a, c, ARRAY) for a, c, _ in extra]
+        framed = self._window_lineage(windows, self._row_ids(row)) if windows else []
         if merged:
-            sel.append("expressions", E.alias_(self._row_ids(row), merged))
+            sel.append("expressions", E.alias_(_concat(E, [self._row_ids(row), *framed]), merged))
             return Rel([(merged, ARRAY)])
         out: list[tuple[str, str]] = []
         for table, column, kind in row:
             col = fresh()
             sel.append("expressions", E.alias_(E.column(column, table=table), col))
             out.append((col, kind))
+        for expr in framed:
+            col = fresh()
+            sel.append("expressions", E.alias_(expr, col))
+            out.append((col, ARRAY))
         return Rel(out)
+
+    # -- window functions --------------------------------------------------------------------
+
+    def _window_func(self, node: Any) -> bool:
+        """Whether `node` is the function of a window expression (`f(...) OVER (...)`)."""
+        E = self.E
+        parent = node.parent
+        if isinstance(parent, E.IgnoreNulls | E.RespectNulls):
+            node, parent = parent, parent.parent
+        return isinstance(parent, E.Window) and parent.this is node
+
+    def _group_aggs(self, node: Any) -> list:
+        """Aggregate calls in `node` that aggregate a group (not window functions)."""
+        return [a for a in self._local(node, self.E.AggFunc) if not self._window_func(a)]
+
+    def _window_lineage(self, windows: list, ids: Any) -> list:
+        """The extra lineage of each window expression, as arrays, given `ids` (a row's ids,
+        or in an aggregate block its group's): nothing for ranking functions; `lag` / `lead`:
+        the row at the offset; anything else aggregates its frame: every row of the frame.
+        Each is the same window (partition, order, frame) over `ids`."""
+        E = self.E
+        out: list = []
+        seen: set[str] = set()
+        for w in windows:
+            fn = w.this
+            ignore_nulls = isinstance(fn, E.IgnoreNulls)
+            if isinstance(fn, E.IgnoreNulls | E.RespectNulls):
+                fn = fn.this
+            if isinstance(fn, _ranking(E)):
+                continue
+            key = w.sql(dialect="spark")
+            if key in seen:
+                continue
+            seen.add(key)
+            if isinstance(fn, E.Lag | E.Lead):
+                if ignore_nulls:  # the row taken is not the one at the offset
+                    raise UnsupportedOperation(f"lc.sql: {key} (lag / lead IGNORE NULLS)")
+                offset = fn.args.get("offset")
+                call = type(fn)(this=ids.copy(), offset=offset.copy() if offset else None)
+                framed = w.copy()
+                framed.set("this", call)
+                out.append(E.func("coalesce", framed, _empty(E)))
+                continue
+            framed = w.copy()
+            framed.set("this", E.func("collect_list", ids.copy()))
+            out.append(E.func("flatten", framed))
+        return out
 
     def _from_items(self, sel: Any, ctes: dict[str, Item]) -> list[Item]:
         if sel.args.get("laterals"):
             raise UnsupportedOperation("lc.sql: LATERAL VIEW")
-        for key in ("pivots", "connect", "qualify", "windows", "sample"):
+        for key in ("pivots", "connect", "qualify", "sample"):
             if sel.args.get(key):
                 raise UnsupportedOperation(f"lc.sql: {key.upper()}")
         from_ = sel.args.get("from_")
@@ -602,6 +662,10 @@ class SqlRewriter:
             cols = list(self.agent.spark.sql(sql).columns)
             self._columns_cache[sql] = cols
         return cols
+
+
+def _ranking(E: Any) -> tuple:
+    return (E.RowNumber, E.Rank, E.DenseRank, E.PercentRank, E.Ntile, E.CumeDist)
 
 
 def _empty(E: Any) -> Any:
