@@ -84,7 +84,18 @@ def join_aggregate(lc: LineageContext, cfg: dict):
     return names.join(spend, 3).map(lambda kv: (kv[1][0], kv[1][1])).reduceByKey(operator.add, 2)
 
 
-SCENARIOS = {"wordcount": word_count, "join": join_aggregate}
+def dataframe_sql(lc: LineageContext, cfg: dict):
+    """A join + aggregate over two CSV files through lc.read and lc.sql (its rows are
+    collected; with "write", also written as Parquet through the executors' tap)."""
+    spark = lc.spark
+    for key, value in cfg.get("conf", {}).items():
+        spark.conf.set(key, value)
+    for name, schema in cfg["tables"].items():
+        lc.read.csv(cfg["data"][name], header=True, schema=schema).createOrReplaceTempView(name)
+    return lc.sql(cfg["query"])
+
+
+SCENARIOS = {"wordcount": word_count, "join": join_aggregate, "dataframe": dataframe_sql}
 
 
 def kill_when_reducing(
@@ -181,6 +192,8 @@ def main() -> None:
                 if killer is not None:
                     killer.join()
             out["seconds"] = time.perf_counter() - started
+            if cfg.get("write"):
+                rdd.write.parquet(cfg["write"])
             tracker = sc.statusTracker()
             stages = [
                 s for job in tracker.getJobIdsForGroup() for s in tracker.getJobInfo(job).stageIds
