@@ -25,7 +25,11 @@ query block also outputs its rows' lineage columns; Spark then runs the rewritte
   row of its groups.
 - Captured UDFs (`lc.udf.register`) get the row's ids as a hidden last argument.
 
-Anything else that would lose lineage (INTERSECT, EXCEPT, lateral views,
+- INTERSECT / EXCEPT [ALL]: both branches' rows grouped by value (nulls equal); an
+  INTERSECT row has every duplicate's lineage on both sides, an EXCEPT row every left
+  duplicate's (the right side only excludes, as in an anti join).
+
+Anything else that would lose lineage (lateral views,
 LEFT SEMI JOIN, tables that are not lineage views, correlated subqueries outside WHERE, ...)
 raises `UnsupportedOperation` naming the construct.
 """
@@ -121,7 +125,7 @@ class SqlRewriter:
         if isinstance(node, E.Union):
             return self.union(node, ctes, merged)
         if isinstance(node, E.Intersect | E.Except):
-            raise UnsupportedOperation(f"lc.sql: {type(node).__name__.upper()} (not yet)")
+            return self.setop(node, ctes, merged)
         raise UnsupportedOperation(f"lc.sql: {type(node).__name__} queries")
 
     def union(self, node: Any, ctes: dict[str, Item], merged: str | None) -> tuple[Any, Rel]:
@@ -160,6 +164,78 @@ class SqlRewriter:
             wrapper.expressions[-1].set("alias", E.to_identifier(merged))
             return wrapper, Rel([(merged, ARRAY)])
         return wrapper, Rel([(out, ARRAY)])
+
+    def setop(self, node: Any, ctes: dict[str, Item], merged: str | None) -> tuple[Any, Rel]:
+        """INTERSECT / EXCEPT [ALL]: both branches' rows, tagged by side, grouped by value
+        (nulls equal, as the set operations compare). A row of INTERSECT has the lineage of
+        every duplicate on both sides; a row of EXCEPT that of every duplicate on the left
+        (the right side's rows only exclude, like an anti join). ALL repeats a row
+        min(left, right) / left - right times, each copy with the group's lineage."""
+        import sqlglot
+
+        E = self.E
+        intersect = isinstance(node, E.Intersect)
+        what = "INTERSECT" if intersect else "EXCEPT"
+        if node.args.get("by_name"):
+            raise UnsupportedOperation(f"lc.sql: {what} BY NAME")
+        ids = fresh("u")
+        left, _ = self.query(node.this, ctes, ids)
+        right, _ = self.query(node.expression, ctes, ids)
+        cols = self._output_columns(left.sql(dialect="spark"), ctes)
+        if cols is None:
+            raise UnsupportedOperation(f"lc.sql: {what} over a query Spark cannot analyze alone")
+        c = [fresh("c") for _ in cols]
+        cs = ", ".join(c)
+        if intersect:
+            lineage, copies = "concat(g.l, g.r)", "least(g.nl, g.nr)"
+        else:
+            lineage, copies = "g.l", "greatest(g.nl - g.nr, 0)"
+        if node.args.get("distinct"):
+            repeat = ""
+            keep = "g.nl > 0 AND g.nr > 0" if intersect else "g.nl > 0 AND g.nr = 0"
+        else:
+            rep = fresh("r")
+            repeat = f"LATERAL VIEW explode(array_repeat(0, CAST({copies} AS INT))) {rep} AS {rep}"
+            keep = "TRUE"
+        out = merged or fresh("u")
+        visible = ", ".join(f"g.{ci} AS {_quote(n)}" for ci, n in zip(c, cols))
+        sides = " UNION ALL ".join(
+            self._setop_side(branch, side, c, ids, ctes, what)
+            for side, branch in enumerate((left, right))
+        )
+        text = (
+            f"SELECT {visible}, {lineage} AS {out} FROM ("
+            f"SELECT {cs}, flatten(collect_list(CASE WHEN x.s = 0 THEN x.{ids} END)) AS l, "
+            f"flatten(collect_list(CASE WHEN x.s = 1 THEN x.{ids} END)) AS r, "
+            f"count_if(x.s = 0) AS nl, count_if(x.s = 1) AS nr FROM ({sides}) AS x "
+            f"GROUP BY {cs}) AS g {repeat} WHERE {keep}"
+        )
+        wrapper = sqlglot.parse_one(text, read="spark")
+        for key in ("with_", "order", "limit", "offset"):
+            if node.args.get(key) is not None:
+                wrapper.set(key, node.args[key])
+        return wrapper, Rel([(out, ARRAY)])
+
+    def _setop_side(
+        self, branch: Any, side: int, c: list[str], ids: str, ctes: dict[str, Item], what: str
+    ) -> str:
+        """A set operation's branch as `c..., ids, s` (s: 0 left, 1 right). Its columns are
+        taken by position; a `SELECT *` branch also outputs its views' hidden columns, so
+        there they are taken by name (when the visible names are distinct)."""
+        text = branch.sql(dialect="spark")
+        t = fresh("t")
+        every = self._output_columns(text, ctes, hidden=True) or []
+        names = [n for n in every if not is_hidden(n)]
+        if len(names) != len(c):
+            raise UnsupportedOperation(f"lc.sql: {what} branches with different column counts")
+        if every == [*names, ids]:
+            return f"SELECT *, {side} AS s FROM ({text}) AS {t}({', '.join(c)}, {ids})"
+        if len({n.lower() for n in names}) != len(names):
+            raise UnsupportedOperation(
+                f"lc.sql: {what} over SELECT * with repeated column names (list the columns)"
+            )
+        picks = ", ".join(f"{t}.{_quote(n)} AS {ci}" for n, ci in zip(names, c))
+        return f"SELECT {picks}, {t}.{ids}, {side} AS s FROM ({text}) AS {t}"
 
     # -- one block ---------------------------------------------------------------------------
 
@@ -646,15 +722,19 @@ class SqlRewriter:
         ]
         return _concat(E, parts)
 
-    def _output_columns(self, text: str, ctes: dict[str, Item]) -> list[str] | None:
-        """The visible columns a query outputs (Spark analyzes it, earlier CTEs in scope)."""
+    def _output_columns(
+        self, text: str, ctes: dict[str, Item], hidden: bool = False
+    ) -> list[str] | None:
+        """The visible columns a query outputs (Spark analyzes it, earlier CTEs in scope);
+        with `hidden`, the lineage columns too."""
         if ctes:
             defs = ", ".join(f"`{it.alias}` AS ({it.sql})" for it in ctes.values() if it.sql)
             text = f"WITH {defs} {text}" if defs else text
         try:
-            return [c for c in self._columns_of_sql(text) if not is_hidden(c)]
+            cols = self._columns_of_sql(text)
         except Exception:  # not analyzable on its own: correlation must then be qualified
             return None
+        return cols if hidden else [c for c in cols if not is_hidden(c)]
 
     def _columns_of_sql(self, sql: str) -> list[str]:
         cols = self._columns_cache.get(sql)
@@ -662,6 +742,10 @@ class SqlRewriter:
             cols = list(self.agent.spark.sql(sql).columns)
             self._columns_cache[sql] = cols
         return cols
+
+
+def _quote(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
 
 
 def _ranking(E: Any) -> tuple:
