@@ -458,6 +458,71 @@ def test_except_star_in_a_union_and_cte(lc, spark, data):
     run(lc, spark, data, text, ref, ["ckey", "name"])
 
 
+def test_left_semi_and_anti_join(lc, spark, data):
+    # SEMI: the left row and every right row it matches (a non-equality in ON too); ANTI:
+    # the left row only. Then an inner join after them.
+    text = """SELECT o.okey, o.status, c.nation FROM {orders} o
+              LEFT SEMI JOIN {items} i ON o.okey = i.okey AND i.qty > o.ckey % 4
+              LEFT ANTI JOIN {customers} x ON x.ckey = o.ckey AND x.nation = 'JP'
+              JOIN {customers} c ON c.ckey = o.ckey
+              WHERE o.okey < 50"""
+
+    def ref(T):
+        jp = R.where(T["customers"], lambda r: r["nation"] == "JP")
+        o = R.where(T["orders"], lambda r: r["okey"] < 50)
+        o = R.join(
+            o, T["items"], lambda a, b: a["okey"] == b["okey"] and b["qty"] > a["ckey"] % 4, "semi"
+        )
+        o = R.join(o, jp, lambda a, b: a["ckey"] == b["ckey"], "anti")
+        j = R.join(o, T["customers"], lambda a, b: a["ckey"] == b["ckey"])
+        return R.select(
+            j, lambda r: {"okey": r["okey"], "status": r["status"], "nation": r["nation"]}
+        )
+
+    run(lc, spark, data, text, ref, ["okey", "status", "nation"])
+
+
+def test_uncorrelated_semi_join(lc, spark, data):
+    # No ON: every left row if the right side has any row, with all of them.
+    text = """SELECT ckey FROM {customers} LEFT SEMI JOIN
+              (SELECT * FROM {items} WHERE qty = 5 AND price > 90) AS t"""
+
+    def ref(T):
+        t = R.where(T["items"], lambda r: r["qty"] == 5 and r["price"] > 90)
+        assert t
+        return R.select(
+            R.join(T["customers"], t, lambda a, b: True, "semi"), lambda r: {"ckey": r["ckey"]}
+        )
+
+    run(lc, spark, data, text, ref, ["ckey"])
+
+
+@pytest.mark.parametrize(
+    ("clause", "sets"),
+    [
+        ("GROUPING SETS ((nation, status), (status), ())", [("nation", "status"), ("status",), ()]),
+        ("ROLLUP (nation, status)", [("nation", "status"), ("nation",), ()]),
+        ("CUBE (nation, status)", [("nation", "status"), ("nation",), ("status",), ()]),
+    ],
+)
+def test_grouping_sets_rollup_cube(lc, spark, data, clause, sets):
+    # Each grouping set's group: every row of it.
+    text = f"""SELECT c.nation, o.status, count(*) AS n, sum(o.okey) AS s
+               FROM {{orders}} o JOIN {{customers}} c ON o.ckey = c.ckey
+               GROUP BY {clause}"""
+
+    def ref(T):
+        j = R.join(T["orders"], T["customers"], lambda a, b: a["ckey"] == b["ckey"])
+        return R.group_sets(
+            j,
+            ["nation", "status"],
+            sets,
+            lambda rs: {"n": len(rs), "s": sum(r["okey"] for r in rs)},
+        )
+
+    run(lc, spark, data, text, ref, ["nation", "status", "n", "s"])
+
+
 @pytest.mark.parametrize(
     ("text", "what"),
     [
@@ -468,7 +533,11 @@ def test_except_star_in_a_union_and_cte(lc, spark, data):
         ),
         ("SELECT okey, lag(okey) IGNORE NULLS OVER (ORDER BY okey) FROM orders", "IGNORE NULLS"),
         ("SELECT DISTINCT ckey, rank() OVER (ORDER BY ckey) FROM orders", "DISTINCT with window"),
-        ("SELECT * FROM orders LEFT SEMI JOIN items ON orders.okey = items.okey", "SEMI"),
+        (
+            "SELECT * FROM orders LEFT SEMI JOIN items ON orders.okey = items.okey "
+            "RIGHT JOIN customers ON orders.ckey = customers.ckey",
+            "SEMI JOIN followed by a RIGHT",
+        ),
         ("SELECT * FROM orders_plain", "not a view"),
     ],
 )

@@ -23,15 +23,15 @@ query block also outputs its rows' lineage columns; Spark then runs the rewritte
   row's ids); any other function adds every row of its frame (`collect_list` of the ids over
   the same window). In an aggregate block the ids are the group's, so a frame brings every
   row of its groups.
-- Captured UDFs (`lc.udf.register`) get the row's ids as a hidden last argument.
-
+- LEFT SEMI JOIN: rewritten to the EXISTS it means (the left row and the right rows it
+  matches); LEFT ANTI JOIN: the left row only.
 - INTERSECT / EXCEPT [ALL]: both branches' rows grouped by value (nulls equal); an
   INTERSECT row has every duplicate's lineage on both sides, an EXCEPT row every left
   duplicate's (the right side only excludes, as in an anti join).
+- Captured UDFs (`lc.udf.register`) get the row's ids as a hidden last argument.
 
-Anything else that would lose lineage (lateral views,
-LEFT SEMI JOIN, tables that are not lineage views, correlated subqueries outside WHERE, ...)
-raises `UnsupportedOperation` naming the construct.
+Anything else that would lose lineage (lateral views, tables that are not lineage views,
+correlated subqueries outside WHERE, ...) raises `UnsupportedOperation` naming the construct.
 """
 
 from __future__ import annotations
@@ -241,6 +241,7 @@ class SqlRewriter:
 
     def select(self, sel: Any, ctes: dict[str, Item], merged: str | None) -> Rel:
         E = self.E
+        self._semi_joins_to_exists(sel)
         items = self._from_items(sel, ctes)
         extra: list[tuple[str, str, str]] = []  # (alias, column, "row" | "const") arrays
         where = sel.args.get("where")
@@ -356,6 +357,33 @@ class SqlRewriter:
             out.append(E.func("flatten", framed))
         return out
 
+    def _semi_joins_to_exists(self, sel: Any) -> None:
+        """`a LEFT SEMI JOIN b ON p` is `a ... WHERE EXISTS (SELECT ... FROM b WHERE p)`: the
+        left row and every right row it matches, through the EXISTS rewrite. Not when a
+        RIGHT / FULL join follows (it would keep rows the semi join removed first)."""
+        E = self.E
+        joins = sel.args.get("joins") or []
+        semis = [j for j in joins if (j.kind or "").upper() == "SEMI"]
+        if not semis:
+            return
+        first = joins.index(semis[0])
+        if any((j.side or "").upper() in ("RIGHT", "FULL") for j in joins[first:]):
+            raise UnsupportedOperation("lc.sql: LEFT SEMI JOIN followed by a RIGHT / FULL join")
+        conds = []
+        for j in semis:
+            if j.args.get("using"):
+                raise UnsupportedOperation("lc.sql: LEFT SEMI JOIN ... USING (write ON)")
+            body = E.select(E.alias_(E.Literal.number(1), "one")).from_(j.this.copy())
+            on = j.args.get("on")
+            if on is not None:
+                body = body.where(on.copy())
+            conds.append(E.Exists(this=body))
+            j.pop()
+        where = sel.args.get("where")
+        if where is not None:
+            conds.insert(0, E.Paren(this=where.this.copy()))
+        sel.set("where", E.Where(this=_and(E, conds)))
+
     def _from_items(self, sel: Any, ctes: dict[str, Item]) -> list[Item]:
         if sel.args.get("laterals"):
             raise UnsupportedOperation("lc.sql: LATERAL VIEW")
@@ -368,8 +396,6 @@ class SqlRewriter:
         items = [self._source(from_.this, ctes)]
         for join in sel.args.get("joins") or []:
             kind = (join.kind or "").upper()
-            if kind == "SEMI":
-                raise UnsupportedOperation("lc.sql: LEFT SEMI JOIN (write EXISTS or IN)")
             item = self._source(join.this, ctes)
             if kind != "ANTI":  # an anti-join's right side contributes nothing
                 items.append(item)
