@@ -100,6 +100,34 @@ def union(a: Table, b: Table) -> Table:
     return a + b
 
 
+def set_operation(a: Table, b: Table, kind: str, every: bool) -> Table:
+    """INTERSECT / EXCEPT [ALL] by brute force: rows grouped by value (None equal to None);
+    an INTERSECT row's lineage is every duplicate's on both sides, an EXCEPT row's every
+    left duplicate's; ALL repeats a row min(l, r) / l - r times."""
+    out: Table = []
+    for key in dict.fromkeys(tuple(r.values()) for r, _ in a):
+        left = [lin for r, lin in a if tuple(r.values()) == key]
+        right = [lin for r, lin in b if tuple(r.values()) == key]
+        if kind == "intersect":
+            n = min(len(left), len(right)) if every else int(bool(right))
+            lin = frozenset().union(*left, *right)
+        else:
+            n = max(len(left) - len(right), 0) if every else int(not right)
+            lin = frozenset().union(*left)
+        row = dict(zip(next(r for r, _ in a if tuple(r.values()) == key), key))
+        out += [(row, lin)] * n
+    return out
+
+
+def window_partitions(t: Table, part: str, order: str) -> list[tuple[Row, frozenset, Table]]:
+    """Each row with the rows of its window partition (same `part`), sorted by `order`."""
+    out = []
+    for r, lin in t:
+        members = sorted((x for x in t if x[0][part] == r[part]), key=lambda x: x[0][order])
+        out.append((r, lin, members))
+    return out
+
+
 def explode(t: Table, fn: Callable[[Row], list[Row]]) -> Table:
     return [(r2, lin) for r, lin in t for r2 in fn(r)]
 

@@ -364,7 +364,7 @@ def test_unsupported_operations_raise(lc, data):
         lambda: o.rdd,
         lambda: o.mapInPandas(lambda it: it, o.schema),
         lambda: o.groupBy("ckey").pivot("status"),
-        lambda: o.intersect(o),
+        lambda: o.melt(ids=["okey"], values=["ckey"], variableColumnName="v", valueColumnName="x"),
         lambda: o.join(lc.spark.range(3), "okey"),
     ):
         with pytest.raises(UnsupportedOperation):
@@ -375,16 +375,6 @@ _ = Window  # windows are tested in their own module
 
 
 # -- windows ---------------------------------------------------------------------------------------
-
-
-def _ordered_frames(T, part, order):
-    """Each row of orders (okey < 40) with the rows of its window partition, ordered."""
-    rows = R.where(T["orders"], lambda r: r["okey"] < 40)
-    out = []
-    for r, lin in rows:
-        members = sorted((x for x in rows if x[0][part] == r[part]), key=lambda x: x[0][order])
-        out.append((r, lin, members))
-    return out
 
 
 def test_window_ranking_lag_and_frames(lc, spark, data):
@@ -402,7 +392,9 @@ def test_window_ranking_lag_and_frames(lc, spark, data):
 
     def ref(T):
         out = []
-        for r, lin, members in _ordered_frames(T, "ckey", "okey"):
+        for r, lin, members in R.window_partitions(
+            R.where(T["orders"], lambda r: r["okey"] < 40), "ckey", "okey"
+        ):
             i = next(k for k, m in enumerate(members) if m[0] is r)
             prev = members[i - 1] if i else None
             around = members[max(0, i - 1) : i + 2]

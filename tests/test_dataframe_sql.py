@@ -214,16 +214,6 @@ def test_udf_in_sql_groups(lc, spark, data):
     check(lc, spark, data, build, ref, ["m", "n"])
 
 
-def _partitions(T, part, order):
-    """Each row of orders (okey < 40) with the rows of its window partition, ordered."""
-    rows = R.where(T["orders"], lambda r: r["okey"] < 40)
-    out = []
-    for r, lin in rows:
-        members = sorted((x for x in rows if x[0][part] == r[part]), key=lambda x: x[0][order])
-        out.append((r, lin, members))
-    return out
-
-
 def test_window_ranking_and_offsets(lc, spark, data):
     # Ranking: the row; lag / lead: also the row at the offset (none when the default is
     # taken). The named window is the WINDOW clause's.
@@ -235,7 +225,9 @@ def test_window_ranking_and_offsets(lc, spark, data):
 
     def ref(T):
         out = []
-        for r, lin, members in _partitions(T, "ckey", "okey"):
+        for r, lin, members in R.window_partitions(
+            R.where(T["orders"], lambda r: r["okey"] < 40), "ckey", "okey"
+        ):
             i = next(k for k, m in enumerate(members) if m[0] is r)
             prev2 = members[i - 2] if i >= 2 else None
             nxt = members[i + 1] if i + 1 < len(members) else None
@@ -261,7 +253,9 @@ def test_window_aggregate_frames(lc, spark, data):
 
     def ref(T):
         out = []
-        for r, lin, members in _partitions(T, "ckey", "okey"):
+        for r, lin, members in R.window_partitions(
+            R.where(T["orders"], lambda r: r["okey"] < 40), "ckey", "okey"
+        ):
             i = next(k for k, m in enumerate(members) if m[0] is r)
             frame, ahead = members[: i + 1], members[i : i + 3]
             row = {
@@ -350,7 +344,9 @@ def test_window_in_a_union_branch(lc, spark, data):
 
     def ref(T):
         out = []
-        for r, lin, members in _partitions(T, "status", "okey"):
+        for r, lin, members in R.window_partitions(
+            R.where(T["orders"], lambda r: r["okey"] < 40), "status", "okey"
+        ):
             if r["okey"] >= 8:
                 continue
             members = [m for m in members if m[0]["okey"] < 8]
@@ -372,25 +368,6 @@ def test_window_in_a_union_branch(lc, spark, data):
     run(lc, spark, data, text, ref, ["k", "v"])
 
 
-def _setop(a: R.Table, b: R.Table, kind: str, every: bool) -> R.Table:
-    """INTERSECT / EXCEPT [ALL] by brute force: rows grouped by value (None equal to None);
-    an INTERSECT row's lineage is every duplicate's on both sides, an EXCEPT row's every
-    left duplicate's; ALL repeats a row min(l, r) / l - r times."""
-    out: R.Table = []
-    for key in dict.fromkeys(tuple(r.values()) for r, _ in a):
-        left = [lin for r, lin in a if tuple(r.values()) == key]
-        right = [lin for r, lin in b if tuple(r.values()) == key]
-        if kind == "intersect":
-            n = min(len(left), len(right)) if every else int(bool(right))
-            lin = frozenset().union(*left, *right)
-        else:
-            n = max(len(left) - len(right), 0) if every else int(not right)
-            lin = frozenset().union(*left)
-        row = dict(zip(next(r for r, _ in a if tuple(r.values()) == key), key))
-        out += [(row, lin)] * n
-    return out
-
-
 @pytest.mark.parametrize("every", [False, True])
 def test_intersect(lc, spark, data, every):
     text = f"""SELECT ckey, status FROM {{orders}} WHERE okey < 45
@@ -403,7 +380,7 @@ def test_intersect(lc, spark, data, every):
             rows = R.where(T["orders"], pred)
             return R.select(rows, lambda r: {"ckey": r["ckey"], "status": r["status"]})
 
-        out = _setop(
+        out = R.set_operation(
             part(lambda r: r["okey"] < 45), part(lambda r: r["okey"] >= 25), "intersect", every
         )
         return sorted(out, key=lambda x: (x[0]["ckey"], x[0]["status"]))
@@ -425,7 +402,7 @@ def test_except_with_nulls(lc, spark, data, every):
 
         a = part(lambda r: r["okey"] < 40)
         b = part(lambda r: r["ckey"] < 4 and r["status"] != "F")
-        out = _setop(a, b, "except", every)
+        out = R.set_operation(a, b, "except", every)
         # A left null is excluded by a right null, another is kept.
         excluded = {r["status"] for r, _ in b if r["tags"] is None}
         assert any(r["tags"] is None and r["status"] in excluded for r, _ in a)
@@ -447,13 +424,13 @@ def test_except_star_in_a_union_and_cte(lc, spark, data):
     def ref(T):
         c = T["customers"]
         fr = R.where(c, lambda r: r["nation"] == "FR")
-        far = R.where(_setop(c, fr, "except", False), lambda r: r["ckey"] < 9)
+        far = R.where(R.set_operation(c, fr, "except", False), lambda r: r["ckey"] < 9)
         out = R.select(far, lambda r: {"ckey": r["ckey"], "name": r["name"]})
         a = R.select(
             R.where(c, lambda r: r["ckey"] > 6), lambda r: {"ckey": r["ckey"], "name": r["name"]}
         )
         b = R.select(T["orders"], lambda r: {"ckey": r["ckey"], "name": f"cust{r['ckey']}"})
-        return out + _setop(a, b, "intersect", False)
+        return out + R.set_operation(a, b, "intersect", False)
 
     run(lc, spark, data, text, ref, ["ckey", "name"])
 

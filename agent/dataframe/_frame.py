@@ -402,6 +402,30 @@ class LineageDataFrame:
             self._aligned(lin).unionByName(other._aligned(lin), allowMissingColumns), lin
         )
 
+    # -- set operations (`_setops`) ----------------------------------------------------------
+
+    def _set_operation(self, other: Any, name: str, intersect: bool, every: bool) -> Any:
+        other = self._agent.frame_of(other, name)
+        if not self._lin and not other._lin:
+            return self._new(getattr(self._df, name)(other._df))
+        if len(self.columns) != len(other.columns):
+            getattr(self._visible_df(), name)(other._visible_df())  # PySpark's own error
+        from ._setops import set_operation
+
+        return set_operation(self, other, intersect, every)
+
+    def intersect(self, other: Any) -> LineageDataFrame:
+        return self._set_operation(other, "intersect", True, False)
+
+    def intersectAll(self, other: Any) -> LineageDataFrame:
+        return self._set_operation(other, "intersectAll", True, True)
+
+    def subtract(self, other: Any) -> LineageDataFrame:
+        return self._set_operation(other, "subtract", False, False)
+
+    def exceptAll(self, other: Any) -> LineageDataFrame:
+        return self._set_operation(other, "exceptAll", False, True)
+
     # -- aggregation -------------------------------------------------------------------------
 
     def groupBy(self, *cols: Any) -> LineageGroupedData:
