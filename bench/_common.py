@@ -43,20 +43,23 @@ def report(name: str, value: float, unit: str, goal: str = "", ratio: str = "") 
     print(f"  {name:<44} {value:>12,.3f} {unit:<10} {ratio:<28} {goal}", flush=True)
 
 
-def local_spark(app: str, master: str = "local[2]", log_level: str = "ERROR"):
-    """A quiet local SparkSession whose Python workers run this interpreter."""
+def local_spark(app: str, master: str = "local[2]", log_level: str = "ERROR", memory: str = ""):
+    """A quiet local SparkSession whose Python workers run this interpreter (`memory`: the
+    driver JVM's heap, where Spark's default 1g is too small)."""
     import os
     import sys
 
     os.environ["PYSPARK_PYTHON"] = sys.executable
     from pyspark.sql import SparkSession
 
-    spark = (
+    builder = (
         SparkSession.builder.master(master)
         .appName(app)
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
-        .getOrCreate()
     )
+    if memory:
+        builder = builder.config("spark.driver.memory", memory)
+    spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(log_level)
     return spark
