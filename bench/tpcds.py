@@ -117,8 +117,9 @@ def main() -> int:
 
 
 def parent(args: argparse.Namespace, wanted: list[int]) -> int:
-    """Runs the queries in a child process; when a query kills it (the driver JVM out of
-    memory), counts that query as crashed and goes on with the next in a new child."""
+    """Runs the queries in a child process (which re-executes itself when a query kills its
+    driver JVM); when the child dies anyway, counts the query it was on as crashed and goes
+    on with the next in a new child."""
     tally: Counter = Counter()
     remaining = list(wanted)
     while remaining:
@@ -149,6 +150,28 @@ def parent(args: argparse.Namespace, wanted: list[int]) -> int:
     return 0
 
 
+def _go_on_if_dead(
+    spark: Any, work: str, args: argparse.Namespace, wanted: list[int], n: int, e: Exception
+) -> None:
+    """When query n killed the driver JVM (out of memory), report it as crashed and go on
+    with the next queries in this process's place (a SparkSession cannot be restarted once
+    its JVM is gone)."""
+    try:
+        spark.sql("SELECT 1").collect()
+        return
+    except Exception:
+        pass
+    print(f"q{n:02d} crashed        the driver JVM died: {_one_line(e)}", flush=True)
+    shutil.rmtree(work, ignore_errors=True)
+    rest = wanted[wanted.index(n) + 1 :]
+    if not rest:
+        os._exit(0)
+    cmd = [sys.executable, __file__, "--child", "--sf", str(args.sf)]
+    cmd += ["--queries", ",".join(map(str, rest))]
+    cmd += ["--no-trace"] if args.no_trace else []
+    os.execv(sys.executable, cmd)
+
+
 def run_queries(
     args: argparse.Namespace, out: str, tables: list[str], texts: dict[int, str], wanted: list[int]
 ) -> None:
@@ -171,6 +194,7 @@ def run_queries(
                 try:
                     vanilla = spark.sql(text).collect()
                 except Exception as e:
+                    _go_on_if_dead(spark, work, args, wanted, n, e)
                     print(f"q{n:02d} vanilla-error  {_one_line(e)}", flush=True)
                     continue
                 for t, df in captured_views.items():
@@ -182,6 +206,7 @@ def run_queries(
                     print(f"q{n:02d} refused        {_one_line(e)}", flush=True)
                     continue
                 except Exception as e:
+                    _go_on_if_dead(spark, work, args, wanted, n, e)
                     print(f"q{n:02d} captured-error {_one_line(e)}", flush=True)
                     continue
                 seconds = time.perf_counter() - started
