@@ -29,26 +29,17 @@ from collections import Counter
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
 from _common import local_spark
+from _tpch import duckdb_with
 
 from agent import LineageContext, LineageRDD, UnsupportedOperation
 from repository import ProvenanceRepository, RepositoryConfig
 
 
-def _duckdb() -> Any:
-    import duckdb
-    import duckdb_ext
-
-    con = duckdb.connect()
-    folder = os.path.join(next(iter(duckdb_ext.__path__)), "extensions")
-    con.execute(f"SET extension_directory='{folder}'")
-    con.execute("LOAD tpcds")
-    return con
-
-
 def generate(sf: float, out: str) -> list[str]:
     """The TPC-DS tables at scale factor `sf` as `<out>/<table>.parquet` (kept between runs)."""
-    con = _duckdb()
+    con = duckdb_with("tpcds")
     done = os.path.join(out, "_done")
     if not os.path.exists(done):
         con.execute(f"CALL dsdgen(sf={sf})")
@@ -60,7 +51,7 @@ def generate(sf: float, out: str) -> list[str]:
 
 
 def queries() -> dict[int, str]:
-    rows = _duckdb().execute("SELECT query_nr, query FROM tpcds_queries()").fetchall()
+    rows = duckdb_with("tpcds").execute("SELECT query_nr, query FROM tpcds_queries()").fetchall()
     return {int(n): q.strip().rstrip(";") for n, q in rows}
 
 

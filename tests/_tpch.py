@@ -14,21 +14,22 @@ from pyspark.sql import functions as F
 TABLES = ("lineitem", "orders", "customer", "part", "partsupp", "supplier", "nation", "region")
 
 
-def _duckdb() -> Any:
+def duckdb_with(extension: str = "tpch") -> Any:
+    """A DuckDB connection with one of the `duckdb-ext-*` packages' extensions loaded."""
     import duckdb
     import duckdb_ext
 
     con = duckdb.connect()
     folder = os.path.join(next(iter(duckdb_ext.__path__)), "extensions")
     con.execute(f"SET extension_directory='{folder}'")
-    con.execute("LOAD tpch")
+    con.execute(f"LOAD {extension}")
     return con
 
 
 def generate(sf: float, out: str, fmt: str = "parquet", tables: tuple[str, ...] = TABLES) -> str:
     """Write the TPC-H tables at scale factor `sf` as `<out>/<table>.<fmt>` (parquet or
     csv with a header)."""
-    con = _duckdb()
+    con = duckdb_with()
     con.execute(f"CALL dbgen(sf={sf})")
     os.makedirs(out, exist_ok=True)
     for t in tables:
@@ -41,7 +42,7 @@ def generate(sf: float, out: str, fmt: str = "parquet", tables: tuple[str, ...] 
 
 def sql_queries() -> dict[int, str]:
     """The 22 standard query texts (DuckDB's, which Spark runs unchanged)."""
-    rows = _duckdb().execute("SELECT query_nr, query FROM tpch_queries()").fetchall()
+    rows = duckdb_with().execute("SELECT query_nr, query FROM tpch_queries()").fetchall()
     return {int(n): q.strip().rstrip(";") for n, q in rows}
 
 
