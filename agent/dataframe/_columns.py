@@ -109,9 +109,28 @@ def null_of(F: Any, kind: str) -> Any:
     return F.lit(None).cast(kind)
 
 
+def joined_arrays(F: Any, df: Any, lin: Lineage) -> Any:
+    """`df` with each array column of `lin` as one comma-joined string: an action brings a
+    group's ids back as one string instead of one pickled object per id (several times
+    cheaper for large groups; `parents_of` parses them back exactly)."""
+    if not lin.arrays:
+        return df
+    return df.withColumns({n: F.array_join(F.col(n), ",") for n in lin.arrays})
+
+
+def _id_array(value: Any) -> np.ndarray:
+    """A hidden array value as int64s: a joined string (`joined_arrays`), a list or None."""
+    if value is None:
+        return np.empty(0, dtype=np.int64)
+    if isinstance(value, str):
+        return np.fromstring(value, dtype=np.int64, sep=",")
+    return np.fromiter((v for v in value if v is not None), dtype=np.int64)
+
+
 def parents_of(rows_hidden: list[list[Any]], lin: Lineage) -> tuple[np.ndarray, np.ndarray]:
     """CSR (counts, ids) of each row's parents: its longs and array elements, deduplicated
-    and sorted. `rows_hidden[k]` holds row k's hidden values in `lin.names` order."""
+    and sorted. `rows_hidden[k]` holds row k's hidden values in `lin.names` order (arrays as
+    lists or as `joined_arrays` strings)."""
     n = len(rows_hidden)
     nl = len(lin.longs)
     rows_idx: list[np.ndarray] = []
@@ -124,18 +143,11 @@ def parents_of(rows_hidden: list[list[Any]], lin: Lineage) -> tuple[np.ndarray, 
         rows_idx.append(r.astype(np.int64))
         ids.append(longs[r, c])
     for j in range(nl, nl + len(lin.arrays)):
-        lens = np.fromiter(
-            (len(r[j]) if r[j] is not None else 0 for r in rows_hidden), dtype=np.int64, count=n
-        )
-        total = int(lens.sum())
-        if total:
-            flat = np.fromiter(
-                itertools.chain.from_iterable(r[j] for r in rows_hidden if r[j] is not None),
-                dtype=np.int64,
-                count=total,
-            )
+        parsed = [_id_array(r[j]) for r in rows_hidden]
+        lens = np.fromiter((len(a) for a in parsed), dtype=np.int64, count=n)
+        if lens.sum():
             rows_idx.append(np.repeat(np.arange(n, dtype=np.int64), lens))
-            ids.append(flat)
+            ids.append(np.concatenate(parsed))
     return csr(n, rows_idx, ids)
 
 

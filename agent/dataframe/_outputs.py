@@ -10,12 +10,18 @@ from typing import TYPE_CHECKING, Any
 from pyspark.sql import Row
 from pyspark.sql import functions as F
 
-from ._columns import Lineage, all_ids, fresh, is_hidden, parents_of
+from ._columns import Lineage, all_ids, fresh, is_hidden, joined_arrays, parents_of
 from ._plumbing import pickled
 
 if TYPE_CHECKING:
     from ._frame import LineageDataFrame
     from ._session import FrameAgent
+
+
+def _fetch(frame: LineageDataFrame) -> tuple[list, list[list]]:
+    """Collect `frame`: (rows without hidden columns, each row's hidden values in
+    `lin.names` order; arrays as joined strings)."""
+    return _split_rows(frame, joined_arrays(F, frame._df, frame._lin).collect())
 
 
 def _split_rows(frame: LineageDataFrame, rows: list) -> tuple[list, list[list]]:
@@ -66,7 +72,7 @@ class Outputs:
             return frame._df.collect()
 
         def run():
-            rows, hidden = _split_rows(frame, frame._df.collect())
+            rows, hidden = _fetch(frame)
             return rows, rows, hidden
 
         return self._record(frame, origin or frame, action, run)
@@ -77,7 +83,7 @@ class Outputs:
         counted = frame.agg(F.count(F.lit(1)).alias("count"))
 
         def run():
-            rows, hidden = _split_rows(counted, counted._df.collect())
+            rows, hidden = _fetch(counted)
             return int(rows[0][0]), rows, hidden
 
         return self._record(counted, frame, "count", run)
@@ -89,7 +95,7 @@ class Outputs:
         top = frame.limit(n + 1)  # one more tells whether "only showing top n rows" applies
 
         def run():
-            rows, hidden = _split_rows(top, top._df.collect())
+            rows, hidden = _fetch(top)
             return rows, rows[:n], hidden[:n]
 
         rows = self._record(top, frame, "show", run)
@@ -102,10 +108,10 @@ class Outputs:
             return frame._df.toPandas()
 
         # pandas would turn a nullable long into float64 (ids past 2**53 lose digits): the
-        # ids travel as one array column of exact ints.
+        # ids travel as one joined string of exact ints.
         lin = frame._lin
         ids = fresh()
-        merged = frame._df.withColumn(ids, all_ids(F, lin)).drop(*lin.names)
+        merged = frame._df.withColumn(ids, F.array_join(all_ids(F, lin), ",")).drop(*lin.names)
         one = Lineage((), (ids,), lin.cps)
 
         def run():
