@@ -105,6 +105,14 @@ def all_ids(F: Any, lin: Lineage) -> Any:
     return parts[0] if len(parts) == 1 else F.concat(*parts)
 
 
+def udf_ids(F: Any, lin: Lineage) -> Any:
+    """A UDF's hidden argument: the row's one id as a long when it has a single long column
+    (a row of one source: no array to build and pickle per call), else `all_ids`."""
+    if len(lin.longs) == 1 and not lin.arrays:
+        return F.col(lin.longs[0])
+    return all_ids(F, lin)
+
+
 def null_of(F: Any, kind: str) -> Any:
     return F.lit(None).cast(kind)
 

@@ -16,7 +16,7 @@ from pyspark.sql import functions as F
 
 from .._rdd import UnsupportedOperation
 from . import _windows
-from ._columns import Lineage, all_ids, collected, fresh, is_hidden, null_of
+from ._columns import Lineage, collected, fresh, is_hidden, null_of, udf_ids
 from ._udf import CURRENT, uses_current
 
 if TYPE_CHECKING:
@@ -104,7 +104,7 @@ class LineageDataFrame:
         """The underlying DataFrame, plus the row's ids as `__prov_cur` when one of `cols`
         calls a captured UDF (its hidden last argument)."""
         if self._lin and uses_current(cols):
-            return self._df.withColumn(CURRENT, all_ids(F, self._lin))
+            return self._df.withColumn(CURRENT, udf_ids(F, self._lin))
         return self._df
 
     def _visible_df(self) -> Any:

@@ -2,9 +2,10 @@
 modules, no repository).
 
 The wrapped function gets, after the user's arguments, one hidden argument: the record ids
-of the row it is called on (its lineage). When the user's function raises, FAIL events name
-those records as culprits, as the RDD agent does for its functions; then `on_error="fail"`
-re-raises (the task fails as Spark would) and `"skip"` returns null for that call.
+of the row it is called on (its lineage: one id, or an array of them). When the user's
+function raises, FAIL events name those records as culprits, as the RDD agent does for its
+functions; then `on_error="fail"` re-raises (the task fails as Spark would) and `"skip"`
+returns null for that call.
 """
 
 from __future__ import annotations
@@ -39,6 +40,8 @@ def record_failure(spec: UdfSpec, ids: Any, error: BaseException, value: Any = N
     """FAIL events for each record the failing row was made from (sealed at once: a task
     that goes on failing must not take them with it)."""
     journal = TaskJournal(spec.journal, spec.run_id, _partition())
+    if ids is not None and not hasattr(ids, "__iter__"):  # one id (`udf_ids`)
+        ids = [ids]
     rids = [int(i) for i in (ids if ids is not None else []) if i is not None] or [-1]
     shown = None if value is None else repr(value)[:2000]
     for rid in sorted(set(rids)):
