@@ -1,6 +1,6 @@
 """Captured UDFs: results equal vanilla's, and a row that makes a Python or pandas UDF raise
 is recorded as a culprit (its source lines), under on_error="fail" (the job fails) and
-"skip" (the call yields null)."""
+"skip" (the row is dropped)."""
 
 from __future__ import annotations
 
@@ -57,17 +57,44 @@ def test_failing_udf_names_culprits_and_fails(lc, spark, people):
 
 
 @pytest.mark.parametrize("kind", ["python", "pandas"])
-def test_skip_yields_null_and_records_culprits(spark, repo, people, kind):
+def test_skip_drops_the_row_and_records_culprits(spark, repo, people, kind):
     path, rows = people
     lc = LineageContext(spark, repo, on_error="skip")
     f = F.pandas_udf(lambda s: 2024 - s.astype(int), "long") if kind == "pandas" else make_year()
     age = lc.udf.register("age", f, "long")
     df = lc.read.csv(path, header=True, schema="id INT, name STRING, born STRING")
-    got = df.select("id", age("born").alias("a")).collect()
-    want = [(i, 2024 - int(b) if b.isdigit() else None) for i, _, b in rows]
+    q = df.select("id", age("born").alias("a"))
+    got = q.collect()
+    # As an RDD function's failing record under "skip": the row is dropped, not nulled.
+    want = [(i, 2024 - int(b)) for i, _, b in rows if b.isdigit()]
     assert sorted(tuple(r) for r in got) == sorted(want)
-    bad = {",".join(map(str, r)) for r in rows if not r[2].isdigit()}
-    assert {c.data for c in lc.culprits()} == bad
+    bad = sorted(",".join(map(str, r)) for r in rows if not r[2].isdigit())
+    assert sorted(c.data for c in lc.culprits()) == bad  # each failing row once
+    back = q.lineage().go_back_all().collect()
+    assert sorted(back) == sorted(",".join(map(str, r)) for r in rows if r[2].isdigit())
+
+
+def test_skip_drops_failing_rows_from_filters_and_groups(spark, repo, people):
+    path, rows = people
+    lc = LineageContext(spark, repo, on_error="skip")
+    age = lc.udf.register("age", make_year(), "long")
+    df = lc.read.csv(path, header=True, schema="id INT, name STRING, born STRING")
+    kept = df.where(age("born") > 10)
+    assert sorted(r.id for r in kept.collect()) == sorted(
+        i for i, _, b in rows if b.isdigit() and 2024 - int(b) > 10
+    )
+    # Inside an aggregate the failing rows leave their groups (values and lineage alike).
+    q = df.groupBy((F.col("id") % 3).alias("g")).agg(F.sum(age("born")).alias("s"))
+    got = {r.g: r.s for r in q.collect()}
+    good = [(i, b) for i, _, b in rows if b.isdigit()]
+    want: dict[int, int] = {}
+    for i, b in good:
+        want[i % 3] = want.get(i % 3, 0) + 2024 - int(b)
+    assert got == want
+    line = {r[0]: ",".join(map(str, r)) for r in rows}
+    for g in want:
+        back = q.lineage().filter(lambda r, g=g: r["g"] == g).go_back_all().collect()
+        assert sorted(back) == sorted(line[i] for i, _ in good if i % 3 == g)
 
 
 def test_capture_off_udf_is_vanilla(spark, repo, people):

@@ -102,9 +102,11 @@ class LineageDataFrame:
 
     def _src(self, *cols: Any) -> Any:
         """The underlying DataFrame, plus the row's ids as `__prov_cur` when one of `cols`
-        calls a captured UDF (its hidden last argument)."""
+        calls a captured UDF (its hidden last argument), without the rows on which a UDF
+        under on_error="skip" raises."""
         if self._lin and uses_current(cols):
-            return self._df.withColumn(CURRENT, udf_ids(F, self._lin))
+            df = self._df.withColumn(CURRENT, udf_ids(F, self._lin))
+            return self._agent.udfs.drop_failing(df, cols)
         return self._df
 
     def _visible_df(self) -> Any:

@@ -15,8 +15,8 @@ from pyspark.sql import functions as F
 from pyspark.sql.pandas.functions import pandas_udf
 
 from .._rdd import UnsupportedOperation
-from ._columns import PREFIX
-from ._udfrun import PandasUdf, PythonUdf, UdfSpec
+from ._columns import PREFIX, fresh
+from ._udfrun import PandasProbe, PandasUdf, PythonProbe, PythonUdf, UdfSpec
 
 if TYPE_CHECKING:
     from ._session import FrameAgent
@@ -30,17 +30,27 @@ _SCALAR_PANDAS = 200
 class LineageUDF:
     """A registered UDF: call it with columns, as a PySpark UDF."""
 
-    def __init__(self, agent: FrameAgent, name: str, inner: Any, vanilla: bool) -> None:
+    def __init__(
+        self, agent: FrameAgent, name: str, inner: Any, vanilla: bool, skip: Any = None
+    ) -> None:
         self._agent = agent
         self.name = name
         self._inner = inner
         self._vanilla = vanilla
+        self._skip = skip  # under on_error="skip": (the call taking a token, the probe)
 
     def __call__(self, *cols: Any) -> Any:
         cols = tuple(F.col(c) if isinstance(c, str) else c for c in cols)
         with self._agent.capture_python(_MODULES):
             if self._vanilla:
                 return self._inner(*cols)
+            if self._skip is not None:
+                # A token in the call lets the operator that uses it find the call's
+                # arguments and drop the rows that fail first (`drop_failing`).
+                inner, probe = self._skip
+                token = fresh("udf") + "_"
+                self._agent.udfs.calls[token] = (probe, cols)
+                return inner(*cols, F.col(CURRENT), F.lit(token))
             return self._inner(*cols, F.col(CURRENT))
 
     def __repr__(self) -> str:
@@ -53,6 +63,21 @@ class LineageUDFRegistration:
     def __init__(self, agent: FrameAgent) -> None:
         self._agent = agent
         self.registered: dict[str, LineageUDF] = {}
+        self.calls: dict[str, tuple[Any, tuple]] = {}  # skip token -> (probe, arguments)
+
+    def drop_failing(self, df: Any, cols: tuple) -> Any:
+        """`df` without the rows on which a skip-mode UDF called in `cols` raises (its
+        probe records them as culprits), so the calls themselves see no failing row."""
+        from ._windows import column_text
+
+        if not self.calls:
+            return df
+        texts = [column_text(c) for c in cols if not isinstance(c, int | bool)]
+        with self._agent.capture_python(_MODULES):
+            for token, (probe, args) in list(self.calls.items()):
+                if any(token in t for t in texts):
+                    df = df.where(~probe(*args, F.col(CURRENT)))
+        return df
 
     def register(self, name: str, f: Any, returnType: Any = None) -> LineageUDF:
         """Register `f` (a function, or a UDF made by `F.udf` / `F.pandas_udf`) as `name`
@@ -69,25 +94,28 @@ class LineageUDFRegistration:
             )
         plumbing = agent.plumbing
         vanilla = not plumbing.capture
+        deterministic = getattr(f, "deterministic", True) is not False
+        skip = None
         if vanilla:
             inner = f if hasattr(f, "evalType") else F.udf(func, returnType)
         else:
             spec = UdfSpec(plumbing.run_id, plumbing.writer_spec, name, plumbing.on_error)
-            # The wrappers are callables without type hints: the eval type is given, and
-            # PySpark's notes about inferring it from hints do not apply.
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", UserWarning)
-                if eval_type == _SCALAR_PANDAS:
-                    wrapped = _function(PandasUdf(func, spec))
-                    make: Any = pandas_udf  # its stubs do not list the eval type given here
-                    inner = make(wrapped, returnType, _SCALAR_PANDAS)
-                else:
-                    inner = F.udf(_function(PythonUdf(func, spec)), returnType)
-        if getattr(f, "deterministic", True) is False:
+            inner = _udf(eval_type, PandasUdf(func, spec), PythonUdf(func, spec), returnType)
+            if plumbing.on_error == "skip":
+                # DataFrame calls take a token (ignored) and rows pass a probe first; lc.sql
+                # calls `inner`, whose failing calls yield null.
+                call = _udf(
+                    eval_type, PandasUdf(func, spec, 1), PythonUdf(func, spec, 1), returnType
+                )
+                probe = _udf(eval_type, PandasProbe(func, spec), PythonProbe(func, spec), "boolean")
+                if not deterministic:
+                    call, probe = call.asNondeterministic(), probe.asNondeterministic()
+                skip = (call, probe)
+        if not deterministic:
             inner = inner.asNondeterministic()
         with agent.capture_python(_MODULES):
             agent.spark.udf.register(name, inner)
-        udf = LineageUDF(agent, name, inner, vanilla)
+        udf = LineageUDF(agent, name, inner, vanilla, skip)
         self.registered[name.lower()] = udf
         return udf
 
@@ -95,6 +123,17 @@ class LineageUDFRegistration:
         if name.startswith("_"):
             raise AttributeError(name)
         raise UnsupportedOperation(f"UDFRegistration.{name} with lineage capture")
+
+
+def _udf(eval_type: int, pandas_wrapper: Any, python_wrapper: Any, returnType: Any) -> Any:
+    # The wrappers are callables without type hints: the eval type is given, and PySpark's
+    # notes about inferring it from hints do not apply.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        if eval_type == _SCALAR_PANDAS:
+            make: Any = pandas_udf  # its stubs do not list the eval type given here
+            return make(_function(pandas_wrapper), returnType, _SCALAR_PANDAS)
+        return F.udf(_function(python_wrapper), returnType)
 
 
 def _function(wrapper: Any) -> Any:

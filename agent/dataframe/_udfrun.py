@@ -5,7 +5,9 @@ The wrapped function gets, after the user's arguments, one hidden argument: the 
 of the row it is called on (its lineage: one id, or an array of them). When the user's
 function raises, FAIL events name those records as culprits, as the RDD agent does for its
 functions; then `on_error="fail"` re-raises (the task fails as Spark would) and `"skip"`
-returns null for that call.
+returns null for that call. Under "skip" the DataFrame API first filters with a probe (the
+same function, returning whether it raises on the row: the culprit is recorded there), so
+the row is dropped as an RDD function's failing record is, and the call itself never fails.
 """
 
 from __future__ import annotations
@@ -50,14 +52,16 @@ def record_failure(spec: UdfSpec, ids: Any, error: BaseException, value: Any = N
 
 
 class PythonUdf:
-    """A row-at-a-time Python UDF with the row's ids as its last argument."""
+    """A row-at-a-time Python UDF with the row's ids as its last argument (then `extra`
+    trailing arguments it ignores: the DataFrame API's call token under "skip")."""
 
-    def __init__(self, func: Callable, spec: UdfSpec) -> None:
+    def __init__(self, func: Callable, spec: UdfSpec, extra: int = 0) -> None:
         self.func = func
         self.spec = spec
+        self.extra = extra
 
     def __call__(self, *args: Any) -> Any:
-        *values, ids = args
+        *values, ids = args[: len(args) - self.extra]
         try:
             return self.func(*values)
         except Exception as e:
@@ -67,16 +71,66 @@ class PythonUdf:
             return None
 
 
-class PandasUdf:
-    """A scalar pandas UDF (Series -> Series) with the rows' ids as its last Series. A batch
-    that raises is re-run row by row to find the rows that make it fail."""
+class PythonProbe:
+    """Whether a Python UDF raises on a row (recording the row's sources as culprits)."""
+
+    def __init__(self, func: Callable, spec: UdfSpec) -> None:
+        self.func = func
+        self.spec = spec
+
+    def __call__(self, *args: Any) -> bool:
+        *values, ids = args
+        try:
+            self.func(*values)
+        except Exception as e:
+            record_failure(self.spec, ids, e, tuple(values))
+            return True
+        return False
+
+
+class PandasProbe:
+    """Which rows of a batch make a scalar pandas UDF raise (recorded as culprits): the
+    batch is re-run row by row when it raises."""
 
     def __init__(self, func: Callable, spec: UdfSpec) -> None:
         self.func = func
         self.spec = spec
 
     def __call__(self, *series: Any) -> Any:
+        import pandas as pd
+
         *values, ids = series
+        try:
+            self.func(*values)
+            return pd.Series([False] * len(ids))
+        except Exception as error:
+            failed = []
+            for i in range(len(ids)):
+                one = [v.iloc[i : i + 1].reset_index(drop=True) for v in values]
+                try:
+                    self.func(*one)
+                    failed.append(False)
+                except Exception as e:
+                    record_failure(self.spec, ids.iloc[i], e, tuple(v.iloc[0] for v in one))
+                    failed.append(True)
+            if not any(failed):  # only the whole batch fails: no row to blame
+                record_failure(self.spec, None, error)
+                raise
+            return pd.Series(failed)
+
+
+class PandasUdf:
+    """A scalar pandas UDF (Series -> Series) with the rows' ids as its last Series (then
+    `extra` trailing Series it ignores). A batch that raises is re-run row by row to find
+    the rows that make it fail."""
+
+    def __init__(self, func: Callable, spec: UdfSpec, extra: int = 0) -> None:
+        self.func = func
+        self.spec = spec
+        self.extra = extra
+
+    def __call__(self, *series: Any) -> Any:
+        *values, ids = series[: len(series) - self.extra]
         try:
             return self.func(*values)
         except Exception as error:
