@@ -168,3 +168,24 @@ def test_capture_off_leaves_the_plan_untouched(spark, repo, sales):
 
     assert plan(q.dataframe) == plan(vq)
     assert q.collect() == vq.collect()
+
+
+def test_group_ids_come_back_exactly_as_joined_strings(spark):
+    """Actions bring a group's ids back as one comma-joined string: every id survives
+    exactly (ids pass 2**53), nulls inside and null or empty arrays give no parent."""
+    import numpy as np
+
+    from agent.dataframe._columns import Lineage, joined_arrays, parents_of
+
+    big = (1 << 62) + 12345
+    df = spark.createDataFrame(
+        [(0, 7, [big, None, 5, big]), (1, None, []), (2, 3, None), (3, None, [1 << 53 | 1])],
+        "k INT, l BIGINT, a ARRAY<BIGINT>",
+    )
+    lin = Lineage(("l",), ("a",))
+    rows = joined_arrays(F, df, lin).orderBy("k").collect()
+    assert isinstance(rows[0]["a"], str)
+    counts, ids = parents_of([[r["l"], r["a"]] for r in rows], lin)
+    assert counts.tolist() == [3, 0, 1, 1]
+    assert ids.tolist() == [5, 7, big, 3, (1 << 53) | 1]
+    assert ids.dtype == np.int64
