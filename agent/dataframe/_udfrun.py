@@ -88,6 +88,26 @@ class PythonProbe:
         return False
 
 
+def _row_by_row(
+    func: Callable, spec: UdfSpec, values: list, ids: Any
+) -> tuple[list, BaseException | None]:
+    """Each row of a batch that raised, run alone: its output Series, or None when it
+    raises (recorded as a culprit); and the first row's error."""
+    import pandas as pd
+
+    out: list = []
+    first: BaseException | None = None
+    for i in range(len(ids)):
+        one = [v.iloc[i : i + 1].reset_index(drop=True) for v in values]
+        try:
+            out.append(pd.Series(func(*one)).reset_index(drop=True))
+        except Exception as e:
+            first = first or e
+            record_failure(spec, ids.iloc[i], e, tuple(v.iloc[0] for v in one))
+            out.append(None)
+    return out, first
+
+
 class PandasProbe:
     """Which rows of a batch make a scalar pandas UDF raise (recorded as culprits): the
     batch is re-run row by row when it raises."""
@@ -104,19 +124,11 @@ class PandasProbe:
             self.func(*values)
             return pd.Series([False] * len(ids))
         except Exception as error:
-            failed = []
-            for i in range(len(ids)):
-                one = [v.iloc[i : i + 1].reset_index(drop=True) for v in values]
-                try:
-                    self.func(*one)
-                    failed.append(False)
-                except Exception as e:
-                    record_failure(self.spec, ids.iloc[i], e, tuple(v.iloc[0] for v in one))
-                    failed.append(True)
-            if not any(failed):  # only the whole batch fails: no row to blame
+            out, first = _row_by_row(self.func, self.spec, values, ids)
+            if first is None:  # only the whole batch fails: no row to blame
                 record_failure(self.spec, None, error)
                 raise
-            return pd.Series(failed)
+            return pd.Series([o is None for o in out])
 
 
 class PandasUdf:
@@ -136,19 +148,12 @@ class PandasUdf:
         except Exception as error:
             import pandas as pd
 
-            out = []
-            first_error: BaseException | None = None
-            for i in range(len(ids)):
-                one = [v.iloc[i : i + 1].reset_index(drop=True) for v in values]
-                try:
-                    out.append(pd.Series(self.func(*one)).reset_index(drop=True))
-                except Exception as e:
-                    first_error = first_error or e
-                    record_failure(self.spec, ids.iloc[i], e, tuple(v.iloc[0] for v in one))
-                    out.append(pd.Series([None]))
-            if first_error is None:  # only the whole batch fails: no row to blame
+            out, first = _row_by_row(self.func, self.spec, values, ids)
+            if first is None:  # only the whole batch fails: no row to blame
                 record_failure(self.spec, None, error)
                 raise
             if self.spec.on_error == "fail":
-                raise first_error from None
-            return pd.concat(out, ignore_index=True)
+                raise first from None
+            return pd.concat(
+                [pd.Series([None]) if o is None else o for o in out], ignore_index=True
+            )
