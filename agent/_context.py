@@ -15,7 +15,7 @@ from ._deferred import NARROW_POLICIES
 from ._interpreter import check_capture_python
 from ._plan import ParallelSource, PlanNode, TextSource
 from ._planner import Planner
-from ._rdd import CapturedRDD
+from ._rdd import CapturedRDD, UnsupportedOperation
 from ._spark_trace import SPARK_THRESHOLD
 from ._splits import compute_splits, list_input_files
 from ._trace import LineageRDD
@@ -257,6 +257,11 @@ class LineageContext:
 
         if exclude is not None:
             if not isinstance(what, CapturedRDD):
+                if hasattr(what, "lineage") and hasattr(what, "groupBy"):  # a DataFrame
+                    raise UnsupportedOperation(
+                        "replay(DataFrame, exclude=...): replaying DataFrame and SQL pipelines "
+                        "is not implemented yet (only RDD pipelines replay)"
+                    )
                 raise BadInput("replay(rdd, exclude=...): rdd must be a captured RDD")
             if not isinstance(exclude, LineageRDD):
                 raise BadInput("replay(..., exclude=...) takes a LineageRDD")

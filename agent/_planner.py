@@ -38,6 +38,7 @@ from repository import RUN_COMPONENT_TYPE, BadInput, ProvenanceRepository
 
 from ._interpreter import CAPTURE_MODULES, capture_python
 from ._plan import Dependency, PlanNode
+from ._rdd import UnsupportedOperation
 from ._spark_trace import SPARK_THRESHOLD
 from ._spec import CapturePoint
 from ._trace import LineageRDD
@@ -106,6 +107,7 @@ class Planner:
         self._next_cp = 1  # capture point 0 names the run descriptor
         self._cps: dict[int, dict[str, Any]] = {}
         self._outputs: dict[int, PlanNode] = {}  # output capture point -> the node it output
+        self._planless: set[int] = set()  # outputs of actions without a replayable plan
         self._actions = 0
         self._listeners: list[ActionListener] = []
 
@@ -219,9 +221,11 @@ class Planner:
         try:
             with capture_python(self._sc, modules):  # the action builds the last Python function
                 yield
-            if node is not None:
-                with self._lock:
+            with self._lock:
+                if node is not None:
                     self._outputs[cp.number] = node
+                else:
+                    self._planless.add(cp.number)
         except BaseException as e:
             error = e
             raise
@@ -232,9 +236,17 @@ class Planner:
                 self._tell("action_ended", replace(info, ended_ns=time.time_ns(), error=error))
 
     def output_node(self, cp: CapturePoint) -> PlanNode:
-        """The node whose records an action of this run output at `cp` (BadInput if none)."""
+        """The node whose records an action of this run output at `cp` (BadInput if none;
+        UnsupportedOperation for a DataFrame/SQL action, which has no replayable plan)."""
         with self._lock:
             node = self._outputs.get(cp.number)
+            planless = cp.number in self._planless
+        if node is None and planless:
+            # DataFrame/SQL actions: their plans are Spark's, not ours, so nothing re-runs them
+            raise UnsupportedOperation(
+                f"replay of {cp.component_id}: replaying DataFrame and SQL pipelines is not "
+                "implemented yet (only RDD pipelines replay)"
+            )
         if node is None:
             raise BadInput(f"capture point {cp.component_id} is not an action of this context")
         return node

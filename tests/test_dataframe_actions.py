@@ -189,3 +189,17 @@ def test_group_ids_come_back_exactly_as_joined_strings(spark):
     assert counts.tolist() == [3, 0, 1, 1]
     assert ids.tolist() == [5, 7, big, 3, (1 << 53) | 1]
     assert ids.dtype == np.int64
+
+
+def test_replay_of_a_dataframe_run_fails_loud(lc, sales):
+    """Replay covers RDD pipelines only: a DataFrame trace is refused by name, not mis-run."""
+    from agent import UnsupportedOperation
+
+    path, _, _ = sales
+    q = lc.read.csv(path, header=True, schema=SCHEMA).groupBy("region").count()
+    q.collect()
+    back = q.lineage().go_back_all()
+    with pytest.raises(UnsupportedOperation, match="replaying DataFrame and SQL pipelines"):
+        lc.replay(back)
+    with pytest.raises(UnsupportedOperation, match="replaying DataFrame and SQL pipelines"):
+        lc.replay(q, exclude=back)
