@@ -151,25 +151,29 @@ def invert(counts: np.ndarray, parents: np.ndarray) -> tuple[np.ndarray, np.ndar
     n, m = len(counts), len(parents)
     if m == 0:
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
-    child = np.repeat(np.arange(n, dtype=np.int64), counts)
     if m == 1 or bool((parents[1:] >= parents[:-1]).all()):
-        return parents, child  # already in order (an action's outputs, a sort's reads)
+        return parents, np.repeat(np.arange(n, dtype=np.int64), counts)
     lo = int(parents.min())
     span = int(parents.max()) - lo
     if span < 1 << 32:
         # Two stable 16-bit radix passes (numpy's radix sort) over parents relative to the
         # smallest: a narrow batch's parents are one partition's positions. Measured ~20 ns
-        # a pair against ~30 for timsort of packed keys and ~50 for the default sort.
-        rel = parents - lo
-        order = np.argsort((rel & 0xFFFF).astype(np.uint16), kind="stable")
+        # a pair against ~30 for timsort of packed keys and ~50 for the default sort. The
+        # keys, the second pass's gather and the children are narrow (u16, u16, i32): the
+        # gathers are most of the time left, and they move a quarter of the bytes of int64.
+        rel = (parents - lo).astype(np.uint32)
+        order = np.argsort(rel.astype(np.uint16), kind="stable")
         if span >= 1 << 16:
-            order = order[np.argsort((rel[order] >> 16).astype(np.uint16), kind="stable")]
+            high = (rel >> 16).astype(np.uint16)
+            order = order[np.argsort(high[order], kind="stable")]
+        kind = np.int32 if n < 1 << 31 else np.int64
+        child = np.repeat(np.arange(n, dtype=kind), counts)[order].astype(np.int64)
         if span < 4 * m:  # dense: the sorted parents are each parent repeated, no gather
             ranks = np.arange(lo, lo + span + 1, dtype=np.int64)
-            return np.repeat(ranks, np.bincount(rel, minlength=span + 1)), child[order]
-        return parents[order], child[order]
+            return np.repeat(ranks, np.bincount(rel, minlength=span + 1)), child
+        return parents[order], child
     order = np.argsort(parents, kind="stable")  # child indexes ascend within equal parents
-    return parents[order], child[order]
+    return parents[order], np.repeat(np.arange(n, dtype=np.int64), counts)[order]
 
 
 # -- writing -------------------------------------------------------------------------------------
