@@ -336,13 +336,13 @@ def _segmented(arr: np.ndarray, starts: np.ndarray) -> IntColumn:
         lens = np.diff(np.append(starts, n))
         rice = _rice_plan(arr, lens, g, wg)
         if rice is not None:
-            scale, k = rice
+            scale, k, q = rice
             return IntColumn(
                 SEGMENTED,
                 n,
                 int(first[0]),
                 _pack_params(ws, strict, wg, scale),
-                head + _rice_encode(g, k),
+                head + _rice_encode(g, k, q),
             )
         head += _shuffle(g, wg)
     return IntColumn(SEGMENTED, n, int(first[0]), _pack_params(ws, strict, wg, 0), head)
@@ -350,8 +350,8 @@ def _segmented(arr: np.ndarray, starts: np.ndarray) -> IntColumn:
 
 def _rice_plan(
     arr: np.ndarray, lens: np.ndarray, g: np.ndarray, wg: int
-) -> tuple[int, np.ndarray] | None:
-    """(scale, k per gap) if Rice coding beats byte-shuffled gaps for this column, else None.
+) -> tuple[int, np.ndarray, np.ndarray] | None:
+    """(scale, k per gap as uint64, the gaps' high parts) if Rice coding beats byte-shuffled gaps for this column, else None.
 
     A row of c parents spread over a range of U ids has gaps of mean ~U/c, nearly geometric
     (word occurrences over lines), for which Rice with k = log2(ln2 * mean) is within a few
@@ -361,10 +361,12 @@ def _rice_plan(
     """
     span = int(arr.max()) - int(arr.min()) + 1
     scale = min(max(1, int(0.69 * span)), 1 << 62)
-    k = np.repeat(_rice_k(scale, lens), lens - 1)
+    # k repeated per gap straight in uint64 (the shifts' type), and q kept for the encoder:
+    # each is a pass over every gap, and rollover encodes every lineage batch's parents.
+    k = np.repeat(_rice_k(scale, lens).astype(np.uint64), lens - 1)
     if int(k.max()) > _MAX_K:
         return None
-    q = g >> k.astype(np.uint64)
+    q = g >> k
     rice_bits = float(k.sum()) + float(q.sum(dtype=np.float64)) + len(g)
     if rice_bits > 64.0 * len(g):
         return None
@@ -377,15 +379,15 @@ def _rice_plan(
         p = freq[freq > 0] / len(sample)
         shuffled_bits -= float((p * np.log2(p)).sum()) * len(g)
     # zstd lands ~5-15 % above the order-0 entropy (measured on word-count lineage).
-    return (scale, k) if rice_bits < 1.05 * shuffled_bits else None
+    return (scale, k, q) if rice_bits < 1.05 * shuffled_bits else None
 
 
-def _rice_encode(g: np.ndarray, k: np.ndarray) -> bytes:
-    """Low parts (k bits each, packed LSB-first) then high parts in unary (q zeros, a one)."""
+def _rice_encode(g: np.ndarray, k64: np.ndarray, q: np.ndarray) -> bytes:
+    """Low parts (k bits each, packed LSB-first) then high parts in unary (q zeros, a one);
+    `k64` the parameters (uint64), `q` the gaps' high parts (g >> k64)."""
     n = len(g)
-    k64 = k.astype(np.uint64)
-    q = g >> k64
     low = g & ((np.uint64(1) << k64) - np.uint64(1))
+    k = k64.view(np.int64)
     off = np.cumsum(k) - k
     nbits = int(off[-1] + k[-1]) if n else 0
     words = np.zeros(nbits // 64 + 2, dtype=np.uint64)
