@@ -351,7 +351,8 @@ def _segmented(arr: np.ndarray, starts: np.ndarray) -> IntColumn:
 def _rice_plan(
     arr: np.ndarray, lens: np.ndarray, g: np.ndarray, wg: int
 ) -> tuple[int, np.ndarray, np.ndarray] | None:
-    """(scale, k per gap as uint64, the gaps' high parts) if Rice coding beats byte-shuffled gaps for this column, else None.
+    """(scale, k per gap as uint64, the gaps' high parts) if Rice coding beats byte-shuffled
+    gaps for this column, else None.
 
     A row of c parents spread over a range of U ids has gaps of mean ~U/c, nearly geometric
     (word occurrences over lines), for which Rice with k = log2(ln2 * mean) is within a few
