@@ -44,10 +44,13 @@ def _pairs(batch: Any, spec: TapSpec, first: int) -> tuple[list, list]:
     for name in spec.arrays:
         col = batch.column(name)
         lens = col.value_lengths().fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
-        flat = col.flatten().drop_null().to_numpy(zero_copy_only=False).astype(np.int64)
-        if col.flatten().null_count:  # nulls inside a list (none expected): drop them per row
-            lens = np.array([sum(v is not None for v in (x or [])) for x in col.to_pylist()])
-        rows.append(np.repeat(np.arange(len(lens), dtype=np.int64) + first, lens))
+        values = col.flatten()  # the elements of the non-null lists, in row order
+        owner = np.repeat(np.arange(len(lens), dtype=np.int64) + first, lens)
+        flat = values.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
+        if values.null_count:  # nulls inside a list (none expected): drop them, vectorized
+            valid = np.asarray(pc.is_valid(values).to_numpy(zero_copy_only=False), dtype=bool)
+            owner, flat = owner[valid], flat[valid]
+        rows.append(owner)
         ids.append(flat)
     return rows, ids
 
