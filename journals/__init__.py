@@ -13,6 +13,7 @@ from ._files import (
     fsync_dir,
     listdir,
     makedirs_durable,
+    prefetch_ranges,
     write_atomic,
 )
 from ._gc import gc_paused
@@ -89,6 +90,7 @@ __all__ = [
     "listdir",
     "makedirs_durable",
     "pack_record_id",
+    "prefetch_ranges",
     "record_id_base",
     "server_handshake",
     "unique_ids",

@@ -56,6 +56,8 @@ _HEAD = struct.Struct("<4sB3x")
 _FOOT = struct.Struct("<QI4s")
 SLICE_PAIRS = 65536  # pairs per slice: a point lookup decodes one slice (~0.5 ms)
 ROUTE_PAIRS = 2048  # routing entries, and routed sections' pairs, per slice
+# Parents of one slice up to which a lookup decodes just their rows of children.
+_ROW_LOOKUPS = 8
 _QUEUE = 2  # batches waiting for the builder's thread (each holds its decoded parents)
 LINE_STRIDE = 32  # text lines per sampled offset: a traced line costs one read of ~32 lines
 
@@ -391,37 +393,78 @@ class ForwardBuilder:
 
 class Decoded:
     """A forward slice, decoded on first use (a block holds many slices, and a lookup
-    needs one or two of them): its section, distinct parents, CSR row starts, children."""
+    needs one or two of them): its section, distinct parents, CSR row starts, children.
+    A point lookup decodes the parents and row lengths, and only its own rows of children
+    (the children of a narrow section's slice are most of its bytes and decode time)."""
 
-    __slots__ = ("_arrays", "_slice", "nbytes", "section")
+    __slots__ = ("_arrays", "_heads", "_slice", "nbytes", "section")
 
     def __init__(self, sl: FwdSlice) -> None:
         self.section = sl.section
         self._slice: FwdSlice | None = sl
+        self._heads: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
         self._arrays: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
         # What the decoded arrays will take: 8 bytes per parent, per row start, per child.
         self.nbytes = 96 + 8 * (2 * sl.parents.n + 1 + sl.children.n)
 
-    def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(distinct parents, row starts, children)."""
-        if self._arrays is None:
+    def _parents(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(distinct parents, row lengths, row starts)."""
+        if self._heads is None:
             sl = self._slice
             assert sl is not None
             counts = sl.counts.to_array()
             starts = np.zeros(len(counts) + 1, dtype=np.int64)
             np.cumsum(counts, out=starts[1:])
-            self._arrays = (sl.parents.to_array(), starts, sl.children.to_array(counts))
+            self._heads = (sl.parents.to_array(), counts, starts)
+        return self._heads
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(distinct parents, row starts, children)."""
+        if self._arrays is None:
+            parents, counts, starts = self._parents()
+            assert self._slice is not None
+            self._arrays = (parents, starts, self._slice.children.to_array(counts))
             self._slice = None
         return self._arrays
 
+    def lookup(self, ps: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+        """(children, their parents) of the parents `ps` (ascending) held here, one per
+        association; None when none is."""
+        parents_k, counts, starts = self._parents()
+        idx = np.searchsorted(parents_k, ps)
+        idx[idx == len(parents_k)] = 0
+        hit = idx[parents_k[idx] == ps]
+        if not len(hit):
+            return None
+        lens = starts[hit + 1] - starts[hit]
+        sl = self._slice
+        if sl is not None and len(hit) <= _ROW_LOOKUPS:
+            rows = [sl.children.row(counts, i) for i in hit.tolist()]
+            kids = rows[0] if len(rows) == 1 else np.concatenate(rows)
+        else:
+            children = self.arrays()[2]
+            kids = children[_ranges(starts[hit], starts[hit + 1])]
+        return kids, np.repeat(parents_k[hit], lens)
+
 
 class _Route:
-    __slots__ = ("nbytes", "parents", "sections")
+    """A routing slice, decoded on first use (a lookup needs one or two of a block's)."""
+
+    __slots__ = ("_arrays", "_slice", "nbytes")
 
     def __init__(self, sl: RouteSlice) -> None:
-        self.parents = sl.parents.to_array()
-        self.sections = sl.sections.to_array()
-        self.nbytes = 64 + self.parents.nbytes + self.sections.nbytes
+        self._slice: RouteSlice | None = sl
+        self._arrays: tuple[np.ndarray, np.ndarray] | None = None
+        self.nbytes = 64 + 8 * (sl.parents.n + sl.sections.n)
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        """(parents, their sections)."""
+        if self._arrays is None:
+            sl = self._slice
+            assert sl is not None
+            self._arrays = (sl.parents.to_array(), sl.sections.to_array())
+            self._slice = None
+        return self._arrays
 
 
 BlockLoader = Callable[["ForwardFile", int], list]
@@ -551,39 +594,53 @@ class ForwardFile:
         """Section -> the parents it holds, for the multi-partition sections (routing)."""
         d = self.directory
         out: dict[int, list[np.ndarray]] = {}
-        for b, ps in _by_block(self._bounds(-1), parents):
-            for rt in blocks(self, b):
-                if not isinstance(rt, _Route):
-                    continue
-                a = np.searchsorted(rt.parents, ps, side="left")
-                z = np.searchsorted(rt.parents, ps, side="right")
-                sel = z > a
-                if not sel.any():
-                    continue
-                idx = _ranges(a[sel], z[sel])
-                secs = rt.sections[idx]
-                who = np.repeat(ps[sel], z[sel] - a[sel])
-                for k in unique_ids(secs).tolist():
-                    if d.sections[k].first_event_id in allowed:
-                        out.setdefault(k, []).append(who[secs == k])
+        for rt, ps in self._slices(-1, parents, blocks):
+            assert isinstance(rt, _Route)
+            r_parents, r_sections = rt.arrays()
+            a = np.searchsorted(r_parents, ps, side="left")
+            z = np.searchsorted(r_parents, ps, side="right")
+            sel = z > a
+            if not sel.any():
+                continue
+            idx = _ranges(a[sel], z[sel])
+            secs = r_sections[idx]
+            who = np.repeat(ps[sel], z[sel] - a[sel])
+            for k in unique_ids(secs).tolist():
+                if d.sections[k].first_event_id in allowed:
+                    out.setdefault(k, []).append(who[secs == k])
         return {k: unique_ids(np.concatenate(v)) for k, v in out.items()}
+
+    def _slices(
+        self, k: int, parents: np.ndarray, blocks: BlockLoader
+    ) -> Iterator[tuple[Decoded | _Route, np.ndarray]]:
+        """(slice, the parents that may be in it) of section k (-1: the routing table), for
+        the slices whose parent bounds hold any of `parents`: only those are decoded, not
+        every slice of the section sharing their blocks."""
+        lo_a, hi_a, block_of = self._bounds(k)
+        for j, ps in _by_slice(lo_a, hi_a, parents):
+            b = int(block_of[j])
+            # The section's slices in a block are its slices j0.. in order (blocks ascend).
+            nth = j - int(np.searchsorted(block_of, b, side="left"))
+            mine = [
+                e
+                for e in blocks(self, b)
+                if (isinstance(e, _Route) if k < 0 else isinstance(e, Decoded) and e.section == k)
+            ]
+            if nth >= len(mine):
+                raise ForwardError(f"{self.path}: block {b} lacks slice {j} of section {k}")
+            yield mine[nth], ps
 
     def _section_children(
         self, k: int, sec: FwdSection, parents: np.ndarray, blocks: BlockLoader
     ) -> tuple[np.ndarray, np.ndarray]:
         """(child indexes, their parents): one per association of `parents` in section k."""
         kids, pars = [], []
-        for b, ps in _by_block(self._bounds(k), parents):
-            for sl in blocks(self, b):
-                if not isinstance(sl, Decoded) or sl.section != k:
-                    continue
-                parents_k, starts, children = sl.arrays()
-                idx = np.searchsorted(parents_k, ps)
-                idx[idx == len(parents_k)] = 0
-                hit = idx[parents_k[idx] == ps]
-                if len(hit):
-                    kids.append(children[_ranges(starts[hit], starts[hit + 1])])
-                    pars.append(np.repeat(parents_k[hit], starts[hit + 1] - starts[hit]))
+        for sl, ps in self._slices(k, parents, blocks):
+            assert isinstance(sl, Decoded)
+            found = sl.lookup(ps)
+            if found is not None:
+                kids.append(found[0])
+                pars.append(found[1])
         if not kids:
             empty = np.zeros(0, dtype=np.int64)
             return empty, empty
@@ -595,30 +652,34 @@ class ForwardFile:
 Bounds = tuple[np.ndarray, np.ndarray, np.ndarray]  # slices' first and last parents, blocks
 
 
-def _by_block(bounds: Bounds, parents: np.ndarray) -> Iterator[tuple[int, np.ndarray]]:
-    """(block, the parents that may be in it) for each block with a slice whose [lo, hi]
-    holds any of `parents`. Slice bounds ascend (a parent may end one slice and start the
-    next, so it can fall in several)."""
-    lo_a, hi_a, block_of = bounds
+def _by_slice(
+    lo_a: np.ndarray, hi_a: np.ndarray, parents: np.ndarray
+) -> Iterator[tuple[int, np.ndarray]]:
+    """(slice, the parents that may be in it, ascending) for each slice whose [lo, hi] holds
+    any of `parents` (ascending). Slice bounds ascend (a parent may end one slice and start
+    the next, so it can fall in several)."""
     if not len(lo_a):
         return
     if len(parents) == 1:  # a point lookup: plain binary search, no array work
         p = int(parents[0])
         i = int(np.searchsorted(hi_a, p, side="left"))
         j = int(np.searchsorted(lo_a, p, side="right"))
-        for b in sorted(set(block_of[i:j].tolist())):
-            yield b, parents
+        for s in range(i, j):
+            yield s, parents
         return
     first = np.searchsorted(hi_a, parents, side="left")  # first slice ending at or after p
     last = np.searchsorted(lo_a, parents, side="right")  # one past the last starting <= p
     sel = last > first
     if not sel.any():
         return
-    ps, a, z = parents[sel], first[sel], last[sel]
-    who = np.repeat(ps, z - a)
-    blk = block_of[_ranges(a, z)]
-    for b in unique_ids(blk).tolist():
-        yield b, unique_ids(who[blk == b])
+    a, z = first[sel], last[sel]
+    who = np.repeat(parents[sel], z - a)
+    slices = _ranges(a, z)
+    order = np.argsort(slices, kind="stable")  # stable: each slice's parents stay ascending
+    slices, who = slices[order], who[order]
+    cuts = np.flatnonzero(slices[1:] != slices[:-1]) + 1
+    for s, ps in zip(slices[np.r_[0, cuts]].tolist(), np.split(who, cuts)):
+        yield s, ps
 
 
 def _ranges(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:

@@ -12,13 +12,14 @@ budget, so a trace reaching 10^7 records runs at numpy speed in bounded memory.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pickle
 import threading
 from bisect import bisect_right
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,6 +41,7 @@ from journals import (
 from .._blocks import BatchSlice, entry_for
 from .._config import RepositoryConfig
 from .._errors import NotFound
+from .._eventlog import LogReader
 from .._layout import Layout
 from .._store import LogStore
 from .._toc import BatchRef
@@ -62,6 +64,7 @@ PARTITION_BITS = MAX_PARTITION.bit_length()
 
 RUN_COMPONENT_TYPE = "lineage-run"  # the run descriptor's batches
 _FEW_ROWS = 4  # records of one batch up to which a hop decodes just their rows
+_PREFETCH_IDS = 1 << 16  # a hop over up to this many records prefetches its point lookups
 _CACHE_BYTES = 256 * 1024 * 1024
 
 
@@ -547,7 +550,11 @@ class LineageIndex:
         ids = as_set(np.asarray(record_ids, dtype=np.int64))
         deferred = self._deferred_cps(run)
         out = []
-        for _, loc, positions in self._group(run, ids):
+        groups: Iterable[tuple[int, BatchLoc, np.ndarray]] = self._group(run, ids)
+        if len(ids) <= _PREFETCH_IDS:
+            groups = list(groups)
+            self._prefetch_rows(groups, deferred)
+        for _, loc, positions in groups:
             if not loc.associations:
                 continue  # a source's records: nothing to read
             info = deferred.get(loc.cp)
@@ -563,6 +570,26 @@ class LineageIndex:
                 if sl.parents is not None:
                     out.append(_rows(_exact(sl, run), local))
         return unique_ids(out)
+
+    def _prefetch_rows(
+        self, groups: list[tuple[int, BatchLoc, np.ndarray]], deferred: dict[int, CapturePointInfo]
+    ) -> None:
+        """Have the blocks of a hop's point lookups read at once: a rare key's records sit one
+        or two a partition, each in a block of its own, all over the log (at 2 GB, 60 blocks
+        read one by one from disk took ~25 ms more than prefetched)."""
+        wanted: dict[int, tuple[LogReader, set[int]]] = {}
+        for _, loc, positions in groups:
+            if not loc.associations or loc.cp in deferred or len(positions) > _FEW_ROWS:
+                continue
+            evs = loc.first_event_id + positions - loc.pos_start
+            reader = self._store.reader_for(int(evs[0]))
+            if reader is not None:
+                wanted.setdefault(reader.first_id, (reader, set()))[1].update(
+                    reader.block_indexes(evs).tolist()
+                )
+        for reader, blocks in wanted.values():
+            with contextlib.suppress(OSError):  # aged off meanwhile: the reads will say so
+                reader.prefetch(sorted(blocks))
 
     def parent_pairs(self, run: str, record_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The backward hop's edges: (child, parent) arrays, one entry per stored association

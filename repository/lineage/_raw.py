@@ -10,6 +10,8 @@ from collections.abc import Sequence
 from typing import Any
 from urllib.parse import urlparse
 
+from journals import prefetch_ranges
+
 
 def read_ranges(uri: str, spans: Sequence[tuple[int, ...]]) -> list[str | None]:
     """The records at (offset, length) spans of a local/shared file, decoded, without their
@@ -46,6 +48,7 @@ def read_in_groups(
         # driver's resident memory, hundreds of MB for a trace touching a large file.
         with open(path, "rb") as f:
             fd = f.fileno()
+            prefetch_ranges(fd, zip(starts, ends))
             for s, e, j in zip(starts, ends, which):
                 data = os.pread(fd, e - s, s)
                 pieces = data.split(b"\n", j + 1)
