@@ -16,9 +16,9 @@ import signal
 import numpy as np
 import pytest
 from _faults import child
-from _lineage_graphs import JOIN, OUTPUT, RUN, SOURCE, Graph
+from _lineage_graphs import COMBINE, JOIN, OUTPUT, RUN, SOURCE, Graph
 
-from journals import unpack_record_id
+from journals import IntColumn, unpack_record_id
 from repository import ProvenanceRepository, RepositoryConfig
 from repository.cli import main as cli
 from repository.lineage import ByteLRU, _forward
@@ -94,6 +94,51 @@ def test_forward_hop_reads_only_the_blocks_of_its_answer(tmp_path, monkeypatch):
         ix.children(RUN, np.array([line]))
         total = sum(len(ff.directory.block_offsets) for ff in fwd._files.values() if ff)
         assert 0 < len(reads) <= 4 and total > 20, (reads, total)  # combiner + join slices
+
+
+def test_reduce_side_hop_reads_only_the_routing_table(tmp_path, monkeypatch):
+    # A shuffle's reduce side gives each parent one child: the routing table names it, so
+    # the hop from combiner records reads routing blocks only, never the reduce sections.
+    graph = Graph(4, parts=6, lines=300)
+    root = tmp_path / "repo"
+    store(root, graph, split=False)
+    with ProvenanceRepository.open(root, read_only=True) as repo:
+        ix = repo.lineage
+        read: list[list] = []
+        real = _forward.ForwardFile.read_block
+        monkeypatch.setattr(
+            _forward.ForwardFile, "read_block", lambda ff, b: read.append(real(ff, b)) or read[-1]
+        )
+        combiners = np.array(graph.records[(COMBINE, 1)][:3] + graph.records[(COMBINE, 4)][:2])
+        got = set(ix.children(RUN, combiners).tolist())
+        assert got == graph.children_of(combiners.tolist())
+        assert read and all(isinstance(e, _forward.RouteEntry) for b in read for e in b)
+
+
+def test_routing_without_children_reads_the_sections(tmp_path, monkeypatch):
+    # Files written before the routing table named children (or entries whose section has
+    # several children for a parent, -1) are answered from the sections, as exactly.
+    graph = Graph(9, hot=2)
+    root = tmp_path / "repo"
+    store(root, graph, logs=2)
+    real = _forward.RouteEntry.arrays
+    monkeypatch.setattr(_forward.RouteEntry, "arrays", lambda rt: (*real(rt)[:2], None))
+    with ProvenanceRepository.open(root, read_only=True) as repo:
+        check_exact(repo, graph)
+
+
+def test_verify_finds_a_routing_entry_naming_a_child_outside_its_batch(tmp_path, monkeypatch):
+    real = _forward.RouteSlice
+
+    def shifted(parents, sections, children):
+        return real(parents, sections, IntColumn.stored(children.to_array() + 1_000_000))
+
+    monkeypatch.setattr(_forward, "RouteSlice", shifted)
+    root = tmp_path / "repo"
+    store(root, Graph(3))
+    monkeypatch.setattr(_forward, "RouteSlice", real)
+    with ProvenanceRepository.open(root, read_only=True) as repo:
+        assert any("child outside its batch" in p for p in repo.verify().problems)
 
 
 def test_forward_index_after_age_off(tmp_path):

@@ -76,10 +76,14 @@ class FwdSlice(msgspec.Struct, tag=1, array_like=True, gc=False):
 
 
 class RouteSlice(msgspec.Struct, tag=2, array_like=True, gc=False):
-    """Part of the routing table: parents ascending (repeated once per section holding them)."""
+    """Part of the routing table: parents ascending (repeated once per section holding them),
+    and, where the section gives each of its parents exactly one child (a shuffle's reduce
+    side), that child's index (else -1): such a hop needs no read of the section at all.
+    (Files written before `children` existed decode with None: their sections are read.)"""
 
     parents: IntColumn
     sections: IntColumn
+    children: IntColumn | None = None
 
 
 class FwdSection(msgspec.Struct, array_like=True, gc=False):
@@ -212,6 +216,7 @@ class ForwardBuilder:
         # Routing: distinct parents of multi-partition sections, with their section number.
         self._route_parents: list[np.ndarray] = []
         self._route_sections: list[np.ndarray] = []
+        self._route_children: list[np.ndarray] = []
         self._deferred: list[int] = []
         self._lines: list[LineSample] = []
         self._queue: queue.Queue[tuple[int, np.ndarray, np.ndarray] | None] = queue.Queue(_QUEUE)
@@ -284,6 +289,9 @@ class ForwardBuilder:
             distinct = p[new]
             self._route_parents.append(distinct)
             self._route_sections.append(np.full(len(distinct), number, dtype=np.int64))
+            # One child per parent (every parent distinct): the routing entry can name it.
+            one = c if len(distinct) == m else np.full(len(distinct), -1, dtype=np.int64)
+            self._route_children.append(one)
         # A routed section (a shuffle's reduce side) is looked up a few parents at a time
         # across many sections: small slices. A narrow one (a combiner's) can be huge, where
         # the per-slice encoding overhead tells: large slices.
@@ -333,16 +341,18 @@ class ForwardBuilder:
             return blocks, lo, hi
         parents = np.concatenate(self._route_parents)
         sections = np.concatenate(self._route_sections)
-        self._route_parents, self._route_sections = [], []
+        children = np.concatenate(self._route_children)
+        self._route_parents, self._route_sections, self._route_children = [], [], []
         order = np.argsort(parents, kind="stable")
-        parents, sections = parents[order], sections[order]
+        parents, sections, children = parents[order], sections[order], children[order]
         for a in range(0, len(parents), ROUTE_PAIRS):
             b = min(len(parents), a + ROUTE_PAIRS)
-            sl = RouteSlice(IntColumn.stored(parents[a:b]), IntColumn.stored(sections[a:b]))
+            kids = IntColumn.stored(children[a:b])
+            sl = RouteSlice(IntColumn.stored(parents[a:b]), IntColumn.stored(sections[a:b]), kids)
             blocks.append(len(self._offsets))
             lo.append(int(parents[a]))
             hi.append(int(parents[b - 1]))
-            self._add_slice(sl, len(sl.parents.data) + len(sl.sections.data))
+            self._add_slice(sl, len(sl.parents.data) + len(sl.sections.data) + len(kids.data))
         self._flush()
         return blocks, lo, hi
 
@@ -447,22 +457,26 @@ class Decoded:
         return kids, np.repeat(parents_k[hit], lens)
 
 
-class _Route:
+class RouteEntry:
     """A routing slice, decoded on first use (a lookup needs one or two of a block's)."""
 
     __slots__ = ("_arrays", "_slice", "nbytes")
 
     def __init__(self, sl: RouteSlice) -> None:
         self._slice: RouteSlice | None = sl
-        self._arrays: tuple[np.ndarray, np.ndarray] | None = None
-        self.nbytes = 64 + 8 * (sl.parents.n + sl.sections.n)
+        self._arrays: tuple[np.ndarray, np.ndarray, np.ndarray | None] | None = None
+        self.nbytes = 64 + 8 * 3 * sl.parents.n
 
-    def arrays(self) -> tuple[np.ndarray, np.ndarray]:
-        """(parents, their sections)."""
+    def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        """(parents, their sections, their one child or -1; None: not stored)."""
         if self._arrays is None:
             sl = self._slice
             assert sl is not None
-            self._arrays = (sl.parents.to_array(), sl.sections.to_array())
+            parents, sections = sl.parents.to_array(), sl.sections.to_array()
+            kids = sl.children.to_array() if sl.children is not None else None
+            if len(sections) != len(parents) or (kids is not None and len(kids) != len(parents)):
+                raise ForwardError("a routing slice's columns differ in length")
+            self._arrays = (parents, sections, kids)
             self._slice = None
         return self._arrays
 
@@ -549,7 +563,7 @@ class ForwardFile:
             )
         except BlockError as e:
             raise ForwardError(str(e)) from e
-        return [Decoded(e) if isinstance(e, FwdSlice) else _Route(e) for e in entries]
+        return [Decoded(e) if isinstance(e, FwdSlice) else RouteEntry(e) for e in entries]
 
     def close(self) -> None:
         if self._fd is not None:
@@ -576,12 +590,19 @@ class ForwardFile:
             for k in self.by_partition.get(key, ()):
                 if self.directory.sections[k].first_event_id in allowed:
                     wanted[k] = mine
-        for k, ps in self._routed(parents, allowed, blocks).items():
+        direct: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        for k, (ps, kids) in self._routed(parents, allowed, blocks).items():
             prev = wanted.get(k)
+            if kids is not None and prev is None:
+                direct[k] = (kids, ps)  # the routing table names the children
+                continue
             wanted[k] = ps if prev is None else unique_ids(np.concatenate((prev, ps)))
-        for k in sorted(wanted):
+        for k in sorted(wanted.keys() | direct.keys()):
             sec = self.directory.sections[k]
-            found, their_parents = self._section_children(k, sec, wanted[k], blocks)
+            if k in direct:
+                found, their_parents = direct[k]
+            else:
+                found, their_parents = self._section_children(k, sec, wanted[k], blocks)
             if len(found):
                 if pairs:
                     yield sec.first_event_id, found, their_parents
@@ -590,13 +611,14 @@ class ForwardFile:
 
     def _routed(
         self, parents: np.ndarray, allowed: set[int], blocks: BlockLoader
-    ) -> dict[int, np.ndarray]:
-        """Section -> the parents it holds, for the multi-partition sections (routing)."""
+    ) -> dict[int, tuple[np.ndarray, np.ndarray | None]]:
+        """Section -> (the parents it holds, ascending; their one child each, or None when
+        the section must be read for them), for the multi-partition sections (routing)."""
         d = self.directory
-        out: dict[int, list[np.ndarray]] = {}
+        out: dict[int, list[tuple[np.ndarray, np.ndarray | None]]] = {}
         for rt, ps in self._slices(-1, parents, blocks):
-            assert isinstance(rt, _Route)
-            r_parents, r_sections = rt.arrays()
+            assert isinstance(rt, RouteEntry)
+            r_parents, r_sections, r_kids = rt.arrays()
             a = np.searchsorted(r_parents, ps, side="left")
             z = np.searchsorted(r_parents, ps, side="right")
             sel = z > a
@@ -604,15 +626,17 @@ class ForwardFile:
                 continue
             idx = _ranges(a[sel], z[sel])
             secs = r_sections[idx]
+            kids = r_kids[idx] if r_kids is not None else None
             who = np.repeat(ps[sel], z[sel] - a[sel])
             for k in unique_ids(secs).tolist():
                 if d.sections[k].first_event_id in allowed:
-                    out.setdefault(k, []).append(who[secs == k])
-        return {k: unique_ids(np.concatenate(v)) for k, v in out.items()}
+                    mine = secs == k
+                    out.setdefault(k, []).append((who[mine], None if kids is None else kids[mine]))
+        return {k: _merge_routes(v) for k, v in out.items()}
 
     def _slices(
         self, k: int, parents: np.ndarray, blocks: BlockLoader
-    ) -> Iterator[tuple[Decoded | _Route, np.ndarray]]:
+    ) -> Iterator[tuple[Decoded | RouteEntry, np.ndarray]]:
         """(slice, the parents that may be in it) of section k (-1: the routing table), for
         the slices whose parent bounds hold any of `parents`: only those are decoded, not
         every slice of the section sharing their blocks."""
@@ -621,11 +645,12 @@ class ForwardFile:
             b = int(block_of[j])
             # The section's slices in a block are its slices j0.. in order (blocks ascend).
             nth = j - int(np.searchsorted(block_of, b, side="left"))
-            mine = [
-                e
-                for e in blocks(self, b)
-                if (isinstance(e, _Route) if k < 0 else isinstance(e, Decoded) and e.section == k)
-            ]
+            entries = blocks(self, b)
+            mine: list[Decoded | RouteEntry]
+            if k < 0:
+                mine = [e for e in entries if isinstance(e, RouteEntry)]
+            else:
+                mine = [e for e in entries if isinstance(e, Decoded) and e.section == k]
             if nth >= len(mine):
                 raise ForwardError(f"{self.path}: block {b} lacks slice {j} of section {k}")
             yield mine[nth], ps
@@ -650,6 +675,25 @@ class ForwardFile:
 
 
 Bounds = tuple[np.ndarray, np.ndarray, np.ndarray]  # slices' first and last parents, blocks
+
+
+def _merge_routes(
+    parts: list[tuple[np.ndarray, np.ndarray | None]],
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """One section's routed (parents, children) from several routing slices: parents
+    ascending; children None unless every entry names its child."""
+    ps = np.concatenate([p for p, _ in parts])
+    known = [k for _, k in parts if k is not None]
+    if len(known) < len(parts) or any(bool((k < 0).any()) for k in known):
+        return unique_ids(ps), None
+    kids = np.concatenate(known)
+    if len(ps) > 1 and not bool((ps[1:] > ps[:-1]).all()):
+        order = np.argsort(ps, kind="stable")
+        ps, kids = ps[order], kids[order]
+        keep = np.ones(len(ps), dtype=bool)  # one entry per (parent, section): drop repeats
+        keep[1:] = ps[1:] != ps[:-1]
+        ps, kids = ps[keep], kids[keep]
+    return ps, kids
 
 
 def _by_slice(

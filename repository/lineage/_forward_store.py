@@ -31,6 +31,7 @@ from ._forward import (
     ForwardBuilder,
     ForwardError,
     ForwardFile,
+    RouteEntry,
     forward_path,
     is_deferred,
 )
@@ -335,6 +336,20 @@ def _check_deferred(path: str, toc: Toc, firsts: set[int]) -> list[str]:
     return problems
 
 
+def _check_route(
+    path: str, b: int, rt: RouteEntry, firsts: list[int], sizes: dict[int, int]
+) -> list[str]:
+    """A routing slice names existing sections, and children inside their batches."""
+    _parents, sections, kids = rt.arrays()
+    if len(sections) and (int(sections.min()) < 0 or int(sections.max()) >= len(firsts)):
+        return [f"{path}: block {b}: a routing entry names no section"]
+    if kids is not None and len(kids):
+        limit = np.array([sizes.get(f, 0) for f in firsts], dtype=np.int64)[sections]
+        if bool(((kids < -1) | (kids >= limit)).any()):
+            return [f"{path}: block {b}: a routing entry names a child outside its batch"]
+    return []
+
+
 def _verify_file(path: str, toc: Toc) -> list[str]:
     try:
         ff = ForwardFile(path, toc)
@@ -343,15 +358,18 @@ def _verify_file(path: str, toc: Toc) -> list[str]:
     problems: list[str] = []
     try:
         pairs: dict[int, int] = {}
+        sizes = {b.first_event_id: b.count for b in toc.batches}
+        firsts = [s.first_event_id for s in ff.directory.sections]
         for b in range(len(ff.directory.block_offsets)):
             try:
                 slices = ff.read_block(b)
+                for s in slices:
+                    if isinstance(s, Decoded):  # decoded in full: each column must decode
+                        pairs[s.section] = pairs.get(s.section, 0) + len(s.arrays()[2])
+                    else:
+                        problems.extend(_check_route(path, b, s, firsts, sizes))
             except ForwardError as e:
                 problems.append(str(e))
-                continue
-            for s in slices:
-                if isinstance(s, Decoded):  # decoded in full: each column must decode
-                    pairs[s.section] = pairs.get(s.section, 0) + len(s.arrays()[2])
         want = {b.first_event_id: b.associations for b in toc.batches if positional(b)}
         deferred = set(ff.directory.deferred)
         problems.extend(_check_deferred(path, toc, deferred & set(want)))
