@@ -18,10 +18,11 @@ import pytest
 from _faults import child
 from _lineage_graphs import COMBINE, JOIN, OUTPUT, RUN, SOURCE, Graph
 
-from journals import IntColumn, unpack_record_id
+from journals import IntColumn, prefetch_ranges, unpack_record_id
 from repository import ProvenanceRepository, RepositoryConfig
+from repository._eventlog import LogReader
 from repository.cli import main as cli
-from repository.lineage import ByteLRU, _forward
+from repository.lineage import ByteLRU, _forward, _raw
 
 CONFIG = RepositoryConfig(sync="none", rollover_interval=3600, block_size="4KiB")
 
@@ -380,11 +381,59 @@ def test_text_lines_are_re_read_through_sampled_offsets(tmp_path, monkeypatch):
         (ff,) = [repo._forward.file(r.first_id) for r in repo.logs()]
         assert ff is not None and len(ff.lines) == 1  # the batch's offsets are sampled
         ids = base + np.array([0, 3, 4, 5, 17, 39, 40])
+        asked: list[tuple[int, int]] = []
+        real = _raw.prefetch_ranges
+        monkeypatch.setattr(
+            _raw, "prefetch_ranges", lambda fd, spans: real(fd, asked.extend(spans) or asked)
+        )
         assert ix.record_data(RUN, ids) == [lines[int(i - base)] for i in ids]
+        # Every group read was asked for at once, before the reads (a cold file's reads queue).
+        offs = ff.lines[next(iter(ff.lines))][2].tolist()
+        groups = [int(i - base) // 4 for i in ids]  # each line's group of 4 (the stride)
+        assert asked == [(offs[g], offs[g + 1]) for g in groups]
         # ... and the same as read through the log's own offsets column
         monkeypatch.setattr(ff, "lines", {})
         ix2 = type(ix)(repo._store, None, repo._forward)
         assert ix2.record_data(RUN, ids) == [lines[int(i - base)] for i in ids]
+
+
+def test_prefetch_ranges_asks_the_kernel_for_every_range(tmp_path, monkeypatch):
+    calls: list[tuple[int, int, int]] = []
+    monkeypatch.setattr(os, "posix_fadvise", lambda fd, o, n, advice: calls.append((o, n, advice)))
+    with open(tmp_path / "f", "wb") as f:
+        prefetch_ranges(f.fileno(), [(0, 10), (20, 25)])
+        assert calls == []  # a couple of reads: not worth a syscall each
+        prefetch_ranges(f.fileno(), [(0, 10), (20, 25), (40, 41), (50, 50), (60, 70)])
+        will = os.POSIX_FADV_WILLNEED
+        assert calls == [
+            (0, 0, os.POSIX_FADV_RANDOM),
+            (0, 10, will),
+            (20, 5, will),
+            (40, 1, will),
+            (60, 10, will),
+        ]
+
+
+def test_a_rare_keys_point_lookups_prefetch_their_blocks(tmp_path, monkeypatch):
+    graph = Graph(7, parts=8, lines=400)
+    root = tmp_path / "repo"
+    store(root, graph, split=False)
+    prefetched: list[list[int]] = []
+    real = LogReader.prefetch
+    monkeypatch.setattr(
+        LogReader, "prefetch", lambda r, blocks: real(r, prefetched.append(list(blocks)) or [])
+    )
+    with ProvenanceRepository.open(root, read_only=True) as repo:
+        ix = repo.lineage
+        # One combiner record from each partition: a point lookup in a block of each.
+        combiners = np.array([graph.records[(COMBINE, p)][-1] for p in range(graph.parts)])
+        got = ix.parents(RUN, combiners)
+        want = sorted({x for c in combiners.tolist() for x in graph.parents[c]})
+        assert got.tolist() == want
+        (reader,) = repo._store.readers()
+        evs = ix.event_ids(RUN, combiners)
+        assert prefetched == [sorted(set(reader.block_indexes(np.sort(evs)).tolist()))]
+        assert len(prefetched[0]) > 1
 
 
 def test_without_a_forward_index_forward_hops_scan(tmp_path):
