@@ -12,6 +12,9 @@ tracing costs the driver. Per size it prints:
 - forward trace of one input line to the final outputs, p50 / p99 over --picks random lines;
 - backward trace of one rare output (the --picks outputs with the smallest values: the
   rarest words, the users with the least time) to its input lines *with raw data*, p50 / p99;
+- with --cold-pages, the same rare traces again with the input files and the repository's
+  logs dropped from the OS page cache before each (not timed): the disk-bound worst case
+  of a repository larger than memory;
 - the hottest output's backward trace, ids only: records reached per second;
 - the tracing process's peak RSS;
 - lineage bytes (logs + tocs) and forward index bytes, as a share of the input;
@@ -133,7 +136,19 @@ def disk_bytes(repo_dir: str) -> tuple[int, int]:
 # -- tracing (a fresh process: cold caches, its own peak RSS) ---------------------------------
 
 
-def trace_child(repo_dir: str, run: str, picks: int, hot: bool = True) -> dict:
+def drop_pages(paths: list[str]) -> None:
+    """Drop these files' clean pages from the OS page cache (the next reads go to disk)."""
+    for path in paths:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+
+
+def trace_child(
+    repo_dir: str, run: str, picks: int, hot: bool = True, cold_pages: bool = False
+) -> dict:
     from journals import record_id_base
     from repository import ProvenanceRepository
 
@@ -174,6 +189,21 @@ def trace_child(repo_dir: str, run: str, picks: int, hot: bool = True) -> dict:
         back.append(clock() - t)
         back_sizes.append(len(data))
 
+    cold = []
+    if cold_pages:
+        logs = os.path.join(repo_dir, "logs")
+        files = [os.path.join(logs, n) for n in os.listdir(logs)]
+        cps = (ix.descriptor(run) or {}).get("capture_points", [])
+        files += [f.removeprefix("file://") for c in cps for f in c.get("files", [])]
+        for rid in rare.tolist():
+            for cache in ix.caches:  # nothing decoded is reused (the open files stay open)
+                cache.clear()
+            drop_pages(files)
+            t = clock()
+            ids, _ = ix.trace(run, np.array([rid]))
+            ix.record_data(run, ids)
+            cold.append(clock() - t)
+
     n_hot, t_hot = 0, float("nan")
     if hot:
         t = clock()
@@ -187,6 +217,7 @@ def trace_child(repo_dir: str, run: str, picks: int, hot: bool = True) -> dict:
         "back_p50_ms": 1e3 * percentile(back, 50),
         "back_p99_ms": 1e3 * percentile(back, 99),
         "back_answer": int(np.median(back_sizes)),
+        "cold": f"{1e3 * percentile(cold, 50):.1f}" if cold else "-",
         "hot_id": int(hot_id),
         "hot_records": n_hot,
         "hot_records_per_s": n_hot / t_hot,
@@ -220,9 +251,10 @@ def peak_rss() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
-def run_trace_child(repo_dir: str, run: str, picks: int, hot: bool) -> dict:
+def run_trace_child(repo_dir: str, run: str, picks: int, hot: bool, cold: bool) -> dict:
+    args = [repo_dir, run, str(picks), str(int(hot)), str(int(cold))]
     out = subprocess.run(
-        [sys.executable, HERE, "--trace-child", repo_dir, run, str(picks), str(int(hot))],
+        [sys.executable, HERE, "--trace-child", *args],
         capture_output=True,
         text=True,
         check=False,
@@ -238,6 +270,7 @@ COLUMNS = (
     ("input", "{mb:g} MB"),
     ("fwd p50/p99 ms", "{forward_p50_ms:.1f} / {forward_p99_ms:.1f}"),
     ("back rare +data p50/p99 ms", "{back_p50_ms:.1f} / {back_p99_ms:.1f} ({back_answer:,} rec)"),
+    ("back, cold pages p50 ms", "{cold}"),
     ("hot-key ids M rec/s", "{hot_mrps:.2f} ({hot_records:,} rec)"),
     ("on Spark", "{spark_mrps}"),
     ("trace RSS MB", "{rss_mb:,.0f}"),
@@ -276,11 +309,16 @@ def main() -> None:
         default=50,
         help="deferred: trace the hot key up to this input size only (it re-runs every line)",
     )
-    ap.add_argument("--trace-child", nargs=4, help=argparse.SUPPRESS)
+    ap.add_argument(
+        "--cold-pages",
+        action="store_true",
+        help="also time the rare traces with the input and logs dropped from the page cache",
+    )
+    ap.add_argument("--trace-child", nargs=5, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.trace_child:
-        repo_dir, run, picks, hot = args.trace_child
-        print(json.dumps(trace_child(repo_dir, run, int(picks), hot == "1")))
+        repo_dir, run, picks, hot, cold = args.trace_child
+        print(json.dumps(trace_child(repo_dir, run, int(picks), hot == "1", cold == "1")))
         return
     if args.picks < 5:
         ap.error("--picks must be at least 5 (p99 of fewer is meaningless)")
@@ -304,7 +342,7 @@ def main() -> None:
                     load = os.getloadavg()[0]
                     cap = capture(spark, workload, inputs, repo_dir, narrow)
                     hot = narrow == "eager" or mb <= args.deferred_hot_mb
-                    tr = run_trace_child(repo_dir, cap["run"], args.picks, hot)
+                    tr = run_trace_child(repo_dir, cap["run"], args.picks, hot, args.cold_pages)
                     if args.spark and hot:
                         tr["spark_hot_records_per_s"] = spark_hot(
                             spark, repo_dir, cap["run"], tr["hot_id"]
