@@ -79,6 +79,19 @@ def test_forward_hops_are_exact(tmp_path, seed):
         assert repo.verify().ok
 
 
+def record_block_reads(monkeypatch) -> list[tuple[int, list]]:
+    """(block, its decoded entries) of every forward index block read from now on."""
+    reads: list[tuple[int, list]] = []
+    real = _forward.ForwardFile.read_block
+
+    def read_block(ff, b):
+        reads.append((b, real(ff, b)))
+        return reads[-1][1]
+
+    monkeypatch.setattr(_forward.ForwardFile, "read_block", read_block)
+    return reads
+
+
 def test_forward_hop_reads_only_the_blocks_of_its_answer(tmp_path, monkeypatch):
     graph = Graph(4, parts=6, lines=3000)
     root = tmp_path / "repo"
@@ -86,11 +99,7 @@ def test_forward_hop_reads_only_the_blocks_of_its_answer(tmp_path, monkeypatch):
     with ProvenanceRepository.open(root, read_only=True) as repo:
         ix = repo.lineage
         fwd = repo._forward
-        reads: list[int] = []
-        real = _forward.ForwardFile.read_block
-        monkeypatch.setattr(
-            _forward.ForwardFile, "read_block", lambda ff, b: reads.append(b) or real(ff, b)
-        )
+        reads = record_block_reads(monkeypatch)
         line = graph.records[(SOURCE, 2)][7]
         ix.children(RUN, np.array([line]))
         total = sum(len(ff.directory.block_offsets) for ff in fwd._files.values() if ff)
@@ -105,15 +114,11 @@ def test_reduce_side_hop_reads_only_the_routing_table(tmp_path, monkeypatch):
     store(root, graph, split=False)
     with ProvenanceRepository.open(root, read_only=True) as repo:
         ix = repo.lineage
-        read: list[list] = []
-        real = _forward.ForwardFile.read_block
-        monkeypatch.setattr(
-            _forward.ForwardFile, "read_block", lambda ff, b: read.append(real(ff, b)) or read[-1]
-        )
+        read = record_block_reads(monkeypatch)
         combiners = np.array(graph.records[(COMBINE, 1)][:3] + graph.records[(COMBINE, 4)][:2])
         got = set(ix.children(RUN, combiners).tolist())
         assert got == graph.children_of(combiners.tolist())
-        assert read and all(isinstance(e, _forward.RouteEntry) for b in read for e in b)
+        assert read and all(isinstance(e, _forward.RouteEntry) for _, es in read for e in es)
 
 
 def test_routing_without_children_reads_the_sections(tmp_path, monkeypatch):
