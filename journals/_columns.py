@@ -244,10 +244,16 @@ class IntColumn(msgspec.Struct, array_like=True, gc=False, frozen=True):
                 g = _rice_decode(rice, np.full(m, kr[rank], dtype=np.int64), nbits, bit0, g0)
         else:
             g = _unshuffle(self.data, ns * ws, self.n - ns, wg, g0, g0 + m)
+        # In place: a hot key's row has 10^5-10^6 values, and every temporary of that size
+        # costs its allocation and page faults again.
         d = np.empty(c, dtype=np.int64)
         d[0] = first[0]
-        d[1:] = g.astype(np.int64) + 1 if strict else _unzigzag(g)
-        return np.cumsum(d)
+        if strict:
+            d[1:] = g
+            d[1:] += 1
+        else:
+            d[1:] = _unzigzag(g)
+        return np.cumsum(d, out=d)
 
     def _segmented_array(self, counts: np.ndarray) -> np.ndarray:
         n = self.n
@@ -455,7 +461,11 @@ def _rice_decode(
     those gaps occupy (a point lookup decodes one row of a slice)."""
     n = len(k)
     nlow = (nbits + 7) // 8
-    off = np.cumsum(k) - k
+    # In place where it can be (see `row`); k and the offsets are non-negative, so their
+    # uint64 views are their values.
+    k64 = k.view(np.uint64) if k.dtype == np.int64 else k.astype(np.uint64)
+    off = np.cumsum(k)
+    off -= k
     off += bit0 & 63
     # Low parts: each spans at most two aligned 64-bit words; (x << 63 - s) << 1 is x << 64 - s
     # without the undefined shift by 64 when s == 0.
@@ -465,10 +475,19 @@ def _rice_decode(
     if sys.byteorder == "big":  # pragma: no cover - storage is little-endian
         words.byteswap(inplace=True)
     w = off >> 6
-    sh = (off & 63).astype(np.uint64)
-    k64 = k.astype(np.uint64)
-    low = (words[w] >> sh) | ((words[w + 1] << (np.uint64(63) - sh)) << np.uint64(1))
-    low &= (np.uint64(1) << k64) - np.uint64(1)
+    sh = (off & 63).view(np.uint64)
+    low = words[w]
+    low >>= sh
+    w += 1
+    up = words[w]
+    np.subtract(np.uint64(63), sh, out=sh)
+    up <<= sh
+    up <<= np.uint64(1)
+    low |= up
+    del up, w, sh
+    mask = np.left_shift(np.uint64(1), k64)
+    mask -= np.uint64(1)
+    low &= mask
     # High parts in unary: gap j ends at the j-th one. Find the bytes holding ones gap0-1 ..
     # gap0+n-1 by popcount, then the ones' positions there (a bool view: nonzero is fast).
     unary = np.frombuffer(data, dtype=np.uint8, offset=nlow)
@@ -485,6 +504,9 @@ def _rice_decode(
     if want < 0 or len(ones) < want + n:
         raise ValueError("SEGMENTED column: Rice stream is truncated")
     prev = ones[want - 1] if want else -1
-    q = np.diff(ones[want : want + n], prepend=prev) - 1
-    out: np.ndarray = (q.astype(np.uint64) << k64) | low
+    q = np.diff(ones[want : want + n], prepend=prev)
+    q -= 1
+    out: np.ndarray = q.view(np.uint64)
+    out <<= k64
+    out |= low
     return out
