@@ -189,7 +189,12 @@ def trace_child(
         back.append(clock() - t)
         back_sizes.append(len(data))
 
-    cold = []
+    n_hot, t_hot = 0, float("nan")
+    if hot:
+        t = clock()
+        n_hot = len(ix.trace(run, np.array([hot_id]))[0])
+        t_hot = clock() - t
+    cold = []  # last: the pages it drops would slow what follows
     if cold_pages:
         logs = os.path.join(repo_dir, "logs")
         files = [os.path.join(logs, n) for n in os.listdir(logs)]
@@ -204,11 +209,6 @@ def trace_child(
             ix.record_data(run, ids)
             cold.append(clock() - t)
 
-    n_hot, t_hot = 0, float("nan")
-    if hot:
-        t = clock()
-        n_hot = len(ix.trace(run, np.array([hot_id]))[0])
-        t_hot = clock() - t
     rss = peak_rss()
     return {
         "forward_p50_ms": 1e3 * percentile(fwd, 50),
