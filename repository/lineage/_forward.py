@@ -682,6 +682,9 @@ def _merge_routes(
 ) -> tuple[np.ndarray, np.ndarray | None]:
     """One section's routed (parents, children) from several routing slices: parents
     ascending; children None unless every entry names its child."""
+    if len(parts) == 1:  # the usual case: one slice's entries, ascending and distinct
+        ps, kids = parts[0]
+        return ps, kids if kids is not None and not bool((kids < 0).any()) else None
     ps = np.concatenate([p for p, _ in parts])
     known = [k for _, k in parts if k is not None]
     if len(known) < len(parts) or any(bool((k < 0).any()) for k in known):
