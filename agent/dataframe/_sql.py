@@ -286,7 +286,7 @@ class SqlRewriter:
             parts += [
                 E.func("coalesce", E.func("first", E.column(c, table=a)), _empty(E))
                 if how == "const"
-                else E.func("flatten", E.func("collect_list", E.column(c, table=a)))
+                else self._collect(a, c, ARRAY)
                 for a, c, how in extra
             ]
             name = merged or fresh()
@@ -729,9 +729,17 @@ class SqlRewriter:
     # -- expressions -------------------------------------------------------------------------
 
     def _collect(self, alias: str, name: str, kind: str) -> Any:
+        """A group's ids from one lineage column. An array column is collected as a set of
+        arrays, then its distinct ids: rows of a group often share one array or much of it
+        (a subquery's or a joined aggregate's lineage on every row it matches), and a list
+        would hold it once per row, squaring the group's size (TPC-DS q14 and q70 ran the
+        JVM out of memory that way)."""
         E = self.E
-        c = E.func("collect_list", E.column(name, table=alias))
-        return c if kind == LONG else E.func("flatten", c)
+        if kind == LONG:
+            return E.func("collect_list", E.column(name, table=alias))
+        sets = E.func("collect_set", E.column(name, table=alias))
+        return E.func("array_distinct", E.func("flatten", sets))
+
 
     def _flat_collect(self, refs: list[tuple[str, str, str]]) -> Any:
         return _concat(self.E, [self._collect(a, n, k) for a, n, k in refs])
