@@ -1,7 +1,8 @@
 """`lc.sql` lineage is exact: queries over views of captured DataFrames (joins, aggregates,
 HAVING, DISTINCT, UNION, CTEs, derived tables, IN / EXISTS / scalar subqueries, correlated or
-not, NOT IN / NOT EXISTS, window functions, UDFs) give vanilla Spark SQL's rows, and every
-row's backward trace and every line's forward trace equal the brute-force reference's."""
+not, NOT IN / NOT EXISTS, window functions, QUALIFY, LATERAL VIEW, UDFs) give vanilla Spark
+SQL's rows, and every row's backward trace and every line's forward trace equal the
+brute-force reference's."""
 
 from __future__ import annotations
 
@@ -516,6 +517,11 @@ def test_grouping_sets_rollup_cube(lc, spark, data, clause, sets):
             "SEMI JOIN followed by a RIGHT",
         ),
         ("SELECT * FROM orders_plain", "not a view"),
+        ("SELECT * FROM orders LATERAL VIEW json_tuple(tags, 'a') t AS x", "(?i)json_tuple"),
+        (
+            "SELECT okey FROM orders QUALIFY row_number() OVER (ORDER BY okey) < 3 LIMIT 2",
+            "QUALIFY with LIMIT",
+        ),
     ],
 )
 def test_unsupported_sql_raises(lc, spark, data, text, what):
@@ -526,3 +532,122 @@ def test_unsupported_sql_raises(lc, spark, data, text, what):
     spark.range(3).createOrReplaceTempView("orders_plain")
     with pytest.raises(UnsupportedOperation, match=what):
         lc.sql(text)
+
+
+def test_qualify(lc, spark, data):
+    # QUALIFY filters on windows; its windows bring their lineage as in the select list: a
+    # ranking nothing, an aggregate its frame (here the whole partition).
+    text = """SELECT okey, ckey, sum(okey) OVER (PARTITION BY ckey) AS tot FROM {orders}
+              WHERE okey < 50
+              QUALIFY row_number() OVER (PARTITION BY ckey ORDER BY okey DESC) <= 2
+                  AND count(*) OVER (PARTITION BY status) > 12"""
+
+    def ref(T):
+        o = R.where(T["orders"], lambda r: r["okey"] < 50)
+        out = []
+        for r, lin in o:
+            part = [x for x in o if x[0]["ckey"] == r["ckey"]]
+            same_status = [x for x in o if x[0]["status"] == r["status"]]
+            later = [x for x in part if x[0]["okey"] > r["okey"]]
+            if len(later) >= 2 or len(same_status) <= 12:
+                continue
+            row = {"okey": r["okey"], "ckey": r["ckey"], "tot": sum(x[0]["okey"] for x in part)}
+            out.append((row, lin.union(*(x[1] for x in part + same_status))))
+        assert 0 < len(out) < len(o)
+        return out
+
+    run(lc, spark, data, text, ref, ["okey", "ckey", "tot"])
+
+
+def test_qualify_select_star_lag(lc, spark, data):
+    # SELECT * keeps vanilla's columns; lag in QUALIFY brings the row at the offset.
+    text = """SELECT * FROM {customers}
+              QUALIFY lag(ckey) OVER (PARTITION BY nation ORDER BY ckey) > 3"""
+
+    def ref(T):
+        out = []
+        for r, lin, members in R.window_partitions(T["customers"], "nation", "ckey"):
+            i = next(k for k, m in enumerate(members) if m[0] is r)
+            if i >= 1 and members[i - 1][0]["ckey"] > 3:
+                out.append((dict(r), lin | members[i - 1][1]))
+        return out
+
+    run(lc, spark, data, text, ref, ["ckey", "name", "nation"])
+
+
+def _tags(r):
+    return None if r["tags"] is None else r["tags"].split("|")
+
+
+@pytest.mark.parametrize("outer", [False, True])
+def test_lateral_view_explode_group(lc, spark, data, outer):
+    # Each generated row has its row's lineage; OUTER keeps a row without tags (null tag).
+    text = f"""SELECT t.tag, count(*) AS n, min(o.okey) AS first
+               FROM {{orders}} o LATERAL VIEW {"OUTER" if outer else ""}
+                   explode(split(o.tags, '[|]')) t AS tag
+               WHERE o.okey < 40 GROUP BY t.tag"""
+
+    def ref(T):
+        o = R.where(T["orders"], lambda r: r["okey"] < 40)
+        assert any(r["tags"] is None for r, _ in o)
+        e = R.explode(
+            o,
+            lambda r: (
+                [{**r, "tag": x} for x in _tags(r)]
+                if r["tags"] is not None
+                else ([{**r, "tag": None}] if outer else [])
+            ),
+        )
+        return R.group(
+            e,
+            lambda r: (r["tag"],),
+            lambda k, rs: {"tag": k[0], "n": len(rs), "first": min(r["okey"] for r in rs)},
+        )
+
+    run(lc, spark, data, text, ref, ["tag", "n", "first"])
+
+
+def test_lateral_view_posexplode_inline_join(lc, spark, data):
+    # Two lateral views in a join block: a generated row has both joined rows' lineage.
+    text = """SELECT o.okey, c.name, p.pos, p.tag, s.a, s.b
+              FROM {orders} o JOIN {customers} c ON o.ckey = c.ckey
+              LATERAL VIEW posexplode(split(o.tags, '[|]')) p AS pos, tag
+              LATERAL VIEW inline(array(struct(o.okey AS a, c.ckey AS b),
+                                        struct(c.ckey AS a, 0 AS b))) s AS a, b
+              WHERE o.okey < 25"""
+
+    def ref(T):
+        o = R.where(T["orders"], lambda r: r["okey"] < 25)
+        j = R.join(o, T["customers"], lambda a, b: a["ckey"] == b["ckey"])
+        return R.explode(
+            j,
+            lambda r: [
+                {"okey": r["okey"], "name": r["name"], "pos": i, "tag": x, "a": a, "b": b}
+                for i, x in enumerate(_tags(r) or [])
+                for a, b in ((r["okey"], r["ckey"]), (r["ckey"], 0))
+            ],
+        )
+
+    run(lc, spark, data, text, ref, ["okey", "name", "pos", "tag", "a", "b"])
+
+
+def test_correlated_in(lc, spark, data):
+    # The items rows that make it true: the same okey (the IN's own equality, its outer
+    # column unqualified) and the correlation. NOT IN, correlated too, adds nothing.
+    text = """SELECT o.okey, o.ckey FROM {orders} o
+              WHERE okey IN (SELECT i.okey FROM {items} i WHERE i.qty > o.ckey % 4)
+                AND o.ckey NOT IN (SELECT c.ckey FROM {customers} c
+                                   WHERE c.nation = 'JP' AND c.ckey <> o.okey)"""
+
+    def ref(T):
+        jp = [r for r, _ in T["customers"] if r["nation"] == "JP"]
+        out = []
+        for r, lin in T["orders"]:
+            hits = [
+                ln for i, ln in T["items"] if i["okey"] == r["okey"] and i["qty"] > r["ckey"] % 4
+            ]
+            if hits and not any(c["ckey"] == r["ckey"] and c["ckey"] != r["okey"] for c in jp):
+                out.append(({"okey": r["okey"], "ckey": r["ckey"]}, lin.union(*hits)))
+        return out
+
+    run(lc, spark, data, text, ref, ["okey", "ckey"])

@@ -12,7 +12,8 @@ query block also outputs its rows' lineage columns; Spark then runs the rewritte
   UNION (distinct) groups the rows and collects them.
 - Subqueries in WHERE / HAVING (the predicate itself is left exactly as written):
   * positive `x IN (SELECT y ...)`: the subquery rows whose y matches x, through a LEFT JOIN
-    on the subquery grouped by y (one match at most, so no row is repeated);
+    on the subquery grouped by y (one match at most, so no row is repeated); correlated, as
+    a correlated EXISTS with `y = x` as one more correlation predicate;
   * `EXISTS (...)` and scalar subqueries: the subquery's rows; uncorrelated ones through a
     CROSS JOIN with a one-row relation of their ids; correlated ones through a LEFT JOIN on
     the subquery's rows grouped by the distinct values of the outer columns it refers to
@@ -28,9 +29,13 @@ query block also outputs its rows' lineage columns; Spark then runs the rewritte
 - INTERSECT / EXCEPT [ALL]: both branches' rows grouped by value (nulls equal); an
   INTERSECT row has every duplicate's lineage on both sides, an EXCEPT row every left
   duplicate's (the right side only excludes, as in an anti join).
+- QUALIFY: rewritten to the derived table it means (its windows in the select list, the
+  filter outside), so its windows bring their lineage as above.
+- LATERAL VIEW [OUTER] explode / posexplode / inline (and their `_outer` forms, stack): a
+  generated row has the lineage of the row it came from.
 - Captured UDFs (`lc.udf.register`) get the row's ids as a hidden last argument.
 
-Anything else that would lose lineage (lateral views, tables that are not lineage views,
+Anything else that would lose lineage (other lateral views, tables that are not lineage views,
 correlated subqueries outside WHERE, ...) raises `UnsupportedOperation` naming the construct.
 """
 
@@ -117,6 +122,8 @@ class SqlRewriter:
                 cols = self._output_columns(text, ctes)
                 ctes[name.lower()] = Item(name, rel.lin, cols, text)
         if isinstance(node, E.Select):
+            if node.args.get("qualify") is not None:
+                return self.query(self._unqualify(node, ctes), ctes, merged)
             return node, self.select(node, ctes, merged)
         if isinstance(node, E.Subquery):
             inner, rel = self.query(node.this, ctes, merged)
@@ -164,6 +171,37 @@ class SqlRewriter:
             wrapper.expressions[-1].set("alias", E.to_identifier(merged))
             return wrapper, Rel([(merged, ARRAY)])
         return wrapper, Rel([(out, ARRAY)])
+
+    def _unqualify(self, sel: Any, ctes: dict[str, Item]) -> Any:
+        """`SELECT ... QUALIFY p` is `SELECT <its columns> FROM (SELECT ..., <p's windows>)
+        WHERE p` (sqlglot's own transform): QUALIFY's windows then bring their lineage as
+        windows in a select list do. A `SELECT *` block's columns are listed by name, so the
+        windows' columns stay hidden."""
+        from sqlglot.transforms import eliminate_qualify
+
+        E = self.E
+        star = any(
+            isinstance(e, E.Star) or (isinstance(e, E.Column) and e.is_star)
+            for e in sel.expressions
+        )
+        names: list[str] | None = None
+        if star:
+            plain = sel.copy()
+            plain.set("qualify", None)
+            names = self._output_columns(plain.sql(dialect="spark"), ctes)
+            if names is None or len({n.lower() for n in names}) != len(names):
+                raise UnsupportedOperation(
+                    "lc.sql: QUALIFY over SELECT * with repeated column names (list the columns)"
+                )
+        for key in ("order", "limit", "offset"):
+            if sel.args.get(key) is not None:
+                # eliminate_qualify would leave them inside, before the filter.
+                raise UnsupportedOperation(f"lc.sql: QUALIFY with {key.upper()} in the same block")
+        out = eliminate_qualify(sel)
+        if names is not None:
+            t = out.args["from_"].this.alias_or_name
+            out.set("expressions", [E.column(n, table=t, quoted=True) for n in names])
+        return out
 
     def setop(self, node: Any, ctes: dict[str, Item], merged: str | None) -> tuple[Any, Rel]:
         """INTERSECT / EXCEPT [ALL]: both branches' rows, tagged by side, grouped by value
@@ -385,8 +423,13 @@ class SqlRewriter:
         sel.set("where", E.Where(this=_and(E, conds)))
 
     def _from_items(self, sel: Any, ctes: dict[str, Item]) -> list[Item]:
-        if sel.args.get("laterals"):
-            raise UnsupportedOperation("lc.sql: LATERAL VIEW")
+        for lateral in sel.args.get("laterals") or []:
+            # A generator makes rows out of one row: each has that row's lineage, which its
+            # columns already carry.
+            fn = lateral.this
+            name = (fn.name if isinstance(fn, self.E.Anonymous) else fn.key).lower()
+            if not lateral.args.get("view") or name.replace("_", "") not in _GENERATORS:
+                raise UnsupportedOperation(f"lc.sql: {lateral.sql(dialect='spark')}")
         for key in ("pivots", "connect", "qualify", "sample"):
             if sel.args.get(key):
                 raise UnsupportedOperation(f"lc.sql: {key.upper()}")
@@ -542,9 +585,32 @@ class SqlRewriter:
                 "LEFT",
             )
             return alias, "ids", "row"
+        if key is not None:
+            # A correlated `x IN (SELECT y ... WHERE c)` is true through the rows where c and
+            # y = x hold: one more correlation predicate, x's columns the outer block's.
+            correlated.append(self._in_predicate(body, key, items, inner_items))
         return self._correlated(
             sel, pred, body, key, correlated, local, items, inner_items, ctes, alias
         )
+
+    def _in_predicate(self, body: Any, key: Any, items: list[Item], inner_items: list[Item]):
+        E = self.E
+        if len(body.expressions) != 1:
+            raise UnsupportedOperation("lc.sql: IN subquery with several columns")
+        y = body.expressions[0]
+        y = y.this if isinstance(y, E.Alias) else y
+        if self._group_aggs(y) or isinstance(y, E.Star):
+            raise UnsupportedOperation(f"lc.sql: a correlated IN (SELECT {y.sql()} ...)")
+        x = key.copy()
+        inner = {it.alias.lower() for it in inner_items}
+        for col in x.find_all(E.Column):
+            owner = self._owner(col, items)
+            if owner is None or owner.alias.lower() in inner:
+                raise UnsupportedOperation(
+                    f"lc.sql: correlated IN: qualify {col.sql()} with an alias of its own"
+                )
+            col.set("table", E.to_identifier(owner.alias))
+        return E.EQ(this=y.copy(), expression=x)
 
     def _correlated(self, sel, pred, body, key, correlated, local, items, inner_items, ctes, alias):
         """A correlated subquery's matching rows, for each distinct value of the outer
@@ -570,8 +636,6 @@ class SqlRewriter:
         (found,) = owner
         assert found is not None
         outer_item: Item = found
-        if isinstance(pred, E.In):
-            raise UnsupportedOperation("lc.sql: a correlated IN subquery (write EXISTS)")
         # K: the outer FROM item's distinct values of those columns.
         onames = {k: f"o{i}" for i, k in enumerate(outer_cols)}
         inames = {k: f"i{i}" for i, k in enumerate(inner_cols)}
@@ -740,7 +804,6 @@ class SqlRewriter:
         sets = E.func("collect_set", E.column(name, table=alias))
         return E.func("array_distinct", E.func("flatten", sets))
 
-
     def _flat_collect(self, refs: list[tuple[str, str, str]]) -> Any:
         return _concat(self.E, [self._collect(a, n, k) for a, n, k in refs])
 
@@ -776,6 +839,11 @@ class SqlRewriter:
             cols = list(self.agent.spark.sql(sql).columns)
             self._columns_cache[sql] = cols
         return cols
+
+
+# LATERAL VIEW generators (sqlglot's node key, or name) with lineage: the row's.
+_GENERATORS = {"explode", "explodeouter", "posexplode", "posexplodeouter", "inline"}
+_GENERATORS |= {"inlineouter", "stack"}
 
 
 def _quote(name: str) -> str:
