@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from pyspark.sql import functions as F
 
-from agent import LineageContext
+from agent import LineageContext, UnsupportedOperation
 
 pytestmark = pytest.mark.spark
 
@@ -103,3 +103,41 @@ def test_capture_off_udf_is_vanilla(spark, repo, people):
     age = lc.udf.register("age2", lambda s: 1, "int")
     df = lc.read.csv(path, header=True, schema="id INT, name STRING, born STRING")
     assert df.select(age("born").alias("a")).collect()[0].a == 1
+
+
+def test_skip_in_sql_drops_the_row(spark, repo, people):
+    # In lc.sql as in the DataFrame API: a failing call drops its row from the output, from
+    # the filter (even where a null would pass it) or from its group. The WHERE's other
+    # predicates run first: a row they remove never calls the function (no culprit).
+    path, rows = people
+    lc = LineageContext(spark, repo, on_error="skip")
+    lc.udf.register("age", make_year(), "long")
+    df = lc.read.csv(path, header=True, schema="id INT, name STRING, born STRING")
+    df.createOrReplaceTempView("people")
+    line = {r[0]: ",".join(map(str, r)) for r in rows}
+    good = {i: 2024 - int(b) for i, _, b in rows if b.isdigit()}
+
+    q = lc.sql("SELECT id, age(born) AS a FROM people WHERE id < 50")
+    assert sorted(tuple(r) for r in q.collect()) == sorted(
+        (i, a) for i, a in good.items() if i < 50
+    )
+    bad = sorted(line[i] for i, _, b in rows if not b.isdigit() and i < 50)
+    assert sorted(c.data for c in lc.culprits()) == bad
+    assert sorted(q.lineage().go_back_all().collect()) == sorted(line[i] for i in good if i < 50)
+
+    q = lc.sql("SELECT id FROM people WHERE age(born) IS NULL OR id = 0")
+    assert [r.id for r in q.collect()] == [0]
+
+    q = lc.sql("SELECT id % 3 AS g, count(*) AS n, sum(age(born)) AS s FROM people GROUP BY id % 3")
+    got = {r.g: (r.n, r.s) for r in q.collect()}
+    assert got == {
+        g: (sum(1 for i in good if i % 3 == g), sum(a for i, a in good.items() if i % 3 == g))
+        for g in range(3)
+    }
+    for g in range(3):
+        back = q.lineage().filter(lambda r, g=g: r["g"] == g).go_back_all().collect()
+        assert sorted(back) == sorted(line[i] for i in good if i % 3 == g)
+    assert {c.data for c in lc.culprits()} == {line[i] for i, _, b in rows if not b.isdigit()}
+
+    with pytest.raises(UnsupportedOperation, match="over aggregates"):
+        lc.sql("SELECT id % 3 AS g, age(CAST(max(born) AS STRING)) FROM people GROUP BY id % 3")

@@ -777,18 +777,75 @@ class SqlRewriter:
     # -- UDFs --------------------------------------------------------------------------------
 
     def _udf_calls(self, sel: Any, items: list[Item]) -> None:
-        """Captured UDF calls get the row's ids as their hidden last argument."""
+        """Captured UDF calls get the row's ids as their hidden last argument. Under
+        on_error="skip" the block's WHERE also drops the rows on which a call raises (its
+        probe, over the same arguments): the row leaves the output, the filter or its group,
+        as in the DataFrame API. Spark runs a filter's Python functions after its other
+        predicates, so a row those remove is not probed (nor called)."""
         E = self.E
         udfs = self.agent.udfs.registered
         if not udfs:
             return
         refs = [(it.alias, n, k) for it in items for n, k in it.lin]
-        for call in self._local(sel, E.Anonymous):
-            name = str(call.this).lower()
-            udf = udfs.get(name)
-            if udf is None or udf._vanilla:
-                continue
+        calls = [
+            (udf, call)
+            for call in self._local(sel, E.Anonymous)
+            if (udf := udfs.get(str(call.this).lower())) is not None and udf.captured
+        ]
+        probes = [(udf.sql_probe, call) for udf, call in calls if udf.sql_probe is not None]
+        for _, call in probes:
+            self._check_skip_site(sel, call)
+        for _, call in calls:
             call.append("expressions", self._row_ids(refs))
+        if not probes:
+            return
+        # After every call has its ids: a probe copies its call's arguments, calls and all.
+        unique: dict[str, Any] = {}
+        for p, call in probes:
+            probe = E.Anonymous(this=p, expressions=[a.copy() for a in call.expressions])
+            unique.setdefault(probe.sql(dialect="spark"), E.Not(this=probe))
+        conds = list(unique.values())
+        where = sel.args.get("where")
+        if where is not None:
+            conds.insert(0, E.Paren(this=where.this.copy()))
+        sel.set("where", E.Where(this=_and(E, conds)))
+
+    def _check_skip_site(self, sel: Any, call: Any) -> None:
+        """A skip-mode call is dropped by a probe in the block's WHERE: only where it runs
+        on the block's rows before any aggregation (WHERE, the select list of a block
+        without aggregates, GROUP BY, an aggregate's argument)."""
+        E = self.E
+        what = f"lc.sql with on_error='skip': {call.sql(dialect='spark')}"
+        clause = None
+        node = call
+        while node.parent is not None and node is not sel:
+            parent = node.parent
+            if isinstance(parent, E.Window):
+                raise UnsupportedOperation(f"{what} in a window")
+            if isinstance(parent, E.AggFunc) and not self._window_func(parent):
+                return  # an aggregate's argument: one call per input row
+            if parent is sel:
+                clause = node.arg_key
+            node = parent
+        group = sel.args.get("group")
+        aggregate = (
+            group is not None
+            or sel.args.get("having") is not None
+            or any(self._group_aggs(e) for e in sel.expressions)
+        )
+        if clause == "where" or clause == "group":
+            return
+        if clause == "expressions" and not aggregate:
+            return
+        if clause == "expressions" and group is not None:
+            keys = {g.sql(dialect="spark") for g in group.expressions}
+            p = call
+            while p is not None and p is not sel:
+                if p.sql(dialect="spark") in keys:
+                    return  # a grouping key: computed per row before the groups
+                p = p.parent
+        where = "over aggregates" if aggregate else f"in {clause}"
+        raise UnsupportedOperation(f"{what} {where}")
 
     # -- expressions -------------------------------------------------------------------------
 

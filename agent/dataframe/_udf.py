@@ -38,6 +38,14 @@ class LineageUDF:
         self._inner = inner
         self._vanilla = vanilla
         self._skip = skip  # under on_error="skip": (the call taking a token, the probe)
+        # Under "skip", lc.sql calls this probe (registered under this name) in the block's
+        # WHERE to drop the rows on which the function raises.
+        self.sql_probe = probe_name(name) if skip is not None else None
+
+    @property
+    def captured(self) -> bool:
+        """Whether calls take the row's ids (capture on)."""
+        return not self._vanilla
 
     def __call__(self, *cols: Any) -> Any:
         cols = tuple(F.col(c) if isinstance(c, str) else c for c in cols)
@@ -103,7 +111,7 @@ class LineageUDFRegistration:
             inner = _udf(eval_type, PandasUdf(func, spec), PythonUdf(func, spec), returnType)
             if plumbing.on_error == "skip":
                 # DataFrame calls take a token (ignored) and rows pass a probe first; lc.sql
-                # calls `inner`, whose failing calls yield null.
+                # calls `inner` after its block's WHERE dropped the rows the probe names.
                 call = _udf(
                     eval_type, PandasUdf(func, spec, 1), PythonUdf(func, spec, 1), returnType
                 )
@@ -115,6 +123,8 @@ class LineageUDFRegistration:
             inner = inner.asNondeterministic()
         with agent.capture_python(_MODULES):
             agent.spark.udf.register(name, inner)
+            if skip is not None:
+                agent.spark.udf.register(probe_name(name), skip[1])
         udf = LineageUDF(agent, name, inner, vanilla, skip)
         self.registered[name.lower()] = udf
         return udf
@@ -123,6 +133,11 @@ class LineageUDFRegistration:
         if name.startswith("_"):
             raise AttributeError(name)
         raise UnsupportedOperation(f"UDFRegistration.{name} with lineage capture")
+
+
+def probe_name(name: str) -> str:
+    """The SQL name of a skip-mode UDF's probe (true where the function raises)."""
+    return f"{PREFIX}probe_{name}"
 
 
 def _udf(eval_type: int, pandas_wrapper: Any, python_wrapper: Any, returnType: Any) -> Any:
