@@ -289,6 +289,32 @@ def test_rollup_cube(lc, spark, data, kind):
     check(lc, spark, data, build, ref, ["status", "ckey", "n"])
 
 
+def test_grouping_sets(lc, spark, data):
+    # Each grouping set's group: every row of it (a column and an expression key).
+    sets = [["status", "ckey"], [F.col("ckey") % 2], []]
+
+    def build(t):
+        o = t["orders"].where("okey < 40")
+        return o.groupingSets(sets, "status", "ckey", F.col("ckey") % 2).agg(
+            F.count("*").alias("n"), F.sum("okey").alias("s")
+        )
+
+    def ref(T):
+        o = R.select(
+            R.where(T["orders"], lambda r: r["okey"] < 40), lambda r: {**r, "m": r["ckey"] % 2}
+        )
+        out = R.group_sets(
+            o,
+            ["status", "ckey", "m"],
+            [("status", "ckey"), ("m",), ()],
+            lambda rs: {"n": len(rs), "s": sum(r["okey"] for r in rs)},
+        )
+        named = [({**r, "(ckey % 2)": r["m"]}, lin) for r, lin in out]
+        return [({k: v for k, v in r.items() if k != "m"}, lin) for r, lin in named]
+
+    check(lc, spark, data, build, ref, ["status", "ckey", "(ckey % 2)", "n", "s"])
+
+
 def test_distinct(lc, spark, data):
     def build(t):
         return t["orders"].select("ckey", "status").distinct()

@@ -441,6 +441,10 @@ class LineageDataFrame:
     def cube(self, *cols: Any) -> LineageGroupedData:
         return LineageGroupedData(self, "cube", self._ordinals(_flat(cols)))
 
+    def groupingSets(self, groupingSets: Any, *cols: Any) -> LineageGroupedData:
+        sets = [list(s) for s in groupingSets]
+        return LineageGroupedData(self, "groupingSets", self._ordinals(_flat(cols)), sets)
+
     def agg(self, *exprs: Any) -> LineageDataFrame:
         return self.groupBy().agg(*exprs)
 
@@ -533,15 +537,20 @@ _GROUPED_SIMPLE = {"sum": F.sum, "avg": F.avg, "mean": F.avg, "min": F.min, "max
 
 
 class LineageGroupedData:
-    """groupBy / rollup / cube: every aggregate also collects its group's lineage."""
+    """groupBy / rollup / cube / groupingSets: every aggregate also collects its group's
+    lineage."""
 
-    def __init__(self, frame: LineageDataFrame, kind: str, cols: list) -> None:
+    def __init__(
+        self, frame: LineageDataFrame, kind: str, cols: list, sets: list | None = None
+    ) -> None:
         self._frame = frame
         self._kind = kind
         self._cols = cols
+        self._sets = sets  # groupingSets' sets
 
     def _grouped(self, df: Any) -> Any:
-        return getattr(df, self._kind)(*self._cols)
+        lead = [] if self._sets is None else [self._sets]
+        return getattr(df, self._kind)(*lead, *self._cols)
 
     def agg(self, *exprs: Any) -> LineageDataFrame:
         frame = self._frame
@@ -553,7 +562,7 @@ class LineageGroupedData:
         exprs = tuple(_flat(exprs))
         if not frame._lin:
             return frame._new(self._grouped(frame._df).agg(*exprs))
-        return frame._agent.aggregate(frame, self._kind, self._cols, list(exprs))
+        return frame._agent.aggregate(frame, self._kind, self._cols, list(exprs), self._sets)
 
     def count(self) -> LineageDataFrame:
         return self.agg(F.count(F.lit(1)).alias("count"))

@@ -86,12 +86,14 @@ class FrameAgent:
         )
 
     def aggregate(
-        self, frame: LineageDataFrame, kind: str, cols: list, exprs: list
+        self, frame: LineageDataFrame, kind: str, cols: list, exprs: list, sets: Any = None
     ) -> LineageDataFrame:
-        """groupBy/rollup/cube(...).agg(...): each group also collects its rows' ids."""
+        """groupBy/rollup/cube/groupingSets(...).agg(...): each group also collects its
+        rows' ids (`sets`: groupingSets' sets)."""
         lin = frame._lin
         name = fresh()
-        grouped = getattr(frame._src(*cols, *exprs), kind)(*cols)
+        lead = [] if sets is None else [sets]
+        grouped = getattr(frame._src(*cols, *exprs), kind)(*lead, *cols)
         out = grouped.agg(*exprs, collected(F, lin).alias(name))
         return LineageDataFrame(self, out, Lineage((), (name,), lin.cps))
 
