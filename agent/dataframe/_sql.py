@@ -193,14 +193,27 @@ class SqlRewriter:
                 raise UnsupportedOperation(
                     "lc.sql: QUALIFY over SELECT * with repeated column names (list the columns)"
                 )
-        for key in ("order", "limit", "offset"):
-            if sel.args.get(key) is not None:
-                # eliminate_qualify would leave them inside, before the filter.
-                raise UnsupportedOperation(f"lc.sql: QUALIFY with {key.upper()} in the same block")
+        # ORDER BY / LIMIT / OFFSET come after QUALIFY: they move to the outer query (which
+        # eliminate_qualify would leave inside, before the filter).
+        after = {k: sel.args.get(k) for k in ("order", "limit", "offset")}
+        for k, v in after.items():
+            if v is not None:
+                sel.set(k, None)
         out = eliminate_qualify(sel)
         if names is not None:
             t = out.args["from_"].this.alias_or_name
             out.set("expressions", [E.column(n, table=t, quoted=True) for n in names])
+        order = after["order"]
+        if order is not None:
+            visible = {e.alias_or_name.lower() for e in out.expressions}
+            for col in order.find_all(E.Column):
+                if col.table or col.name.lower() not in visible:
+                    raise UnsupportedOperation(
+                        f"lc.sql: QUALIFY with ORDER BY {col.sql()} (order by output columns)"
+                    )
+        for k, v in after.items():
+            if v is not None:
+                out.set(k, v)
         return out
 
     def setop(self, node: Any, ctes: dict[str, Item], merged: str | None) -> tuple[Any, Rel]:
