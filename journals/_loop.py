@@ -82,6 +82,9 @@ class BackgroundLoop:
                 if woke and not stopping and self._debounce:
                     stopping = self._stop.wait(self._debounce)  # its wake is cleared next
                 self._wake.clear()
+                # stop() may have landed after the wait returned: the clear just ate its wake,
+                # so read its flag again (what woke the thread is still done, then it ends).
+                stopping = stopping or self._stop.is_set()
                 try:
                     self._step()
                     retry = 0.0

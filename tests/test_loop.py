@@ -70,3 +70,31 @@ def test_a_failing_step_is_reported_with_its_backoff_and_the_loop_goes_on():
     loop.stop()
     assert errors == [("disk full", 1.0), ("disk full", 2.0)]
     assert len(calls) >= 3
+
+
+def test_stop_landing_just_before_the_wake_is_cleared_ends_the_thread():
+    # stop() sets the stop flag and the wake; when that falls between the thread's wait
+    # returning (woken by an ordinary wake) and its clearing the wake, the stop's wake is
+    # cleared: the thread must still see the flag rather than sleep a whole interval.
+    stepped = threading.Event()
+    loop = BackgroundLoop("t", stepped.set, interval=3600, on_error=print)
+    wake = loop._wake
+    clear = wake.clear
+    raced = []
+
+    def clear_after_a_stop() -> None:
+        if not raced:
+            raced.append(1)
+            loop._stop.set()  # what stop() does first, then wake.set()
+            wake.set()
+        clear()
+
+    wake.clear = clear_after_a_stop  # type: ignore[method-assign]
+    loop.start()
+    loop.wake()
+    thread = loop._thread
+    assert thread is not None
+    thread.join(5)  # what stop() then does
+    assert raced and stepped.is_set()
+    assert not thread.is_alive(), "stop() hangs: the stop's wake was cleared"
+    loop.stop()
