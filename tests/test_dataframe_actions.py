@@ -191,6 +191,31 @@ def test_group_ids_come_back_exactly_as_joined_strings(spark):
     assert ids.dtype == np.int64
 
 
+@pytest.mark.parametrize("high", [1000, 1 << 40, 1 << 62])
+def test_parents_are_each_rows_distinct_sorted_ids(high):
+    """`csr` against a brute force over random (row, id) pairs with repeats, in sorted runs
+    as aggregates bring them and shuffled: ids close together take the one-key sort, ids
+    spread over 2**62 the two-key fallback; both give each row's distinct ids, sorted."""
+    import numpy as np
+
+    from agent.dataframe._columns import csr
+
+    rng = np.random.default_rng(high % 1009)
+    for trial in range(60):
+        n = int(rng.integers(1, 12))
+        rows = [rng.integers(0, n, size=int(rng.integers(0, 80))) for _ in range(3)]
+        ids = [np.sort(rng.integers(0, high, size=len(r))) for r in rows]
+        if trial % 2:
+            ids = [rng.permutation(i) for i in ids]
+        ids[0][: len(ids[0]) // 2] = ids[0][0] if len(ids[0]) else 0  # repeats
+        counts, parents = csr(n, rows, ids)
+        pairs = sorted(set(zip(np.concatenate(rows).tolist(), np.concatenate(ids).tolist())))
+        expect = [sorted(v for r, v in pairs if r == k) for k in range(n)]
+        assert counts.tolist() == [len(e) for e in expect]
+        assert parents.tolist() == [v for e in expect for v in e]
+        assert parents.dtype == np.int64
+
+
 def test_replay_of_a_dataframe_run_fails_loud(lc, sales):
     """Replay covers RDD pipelines only: a DataFrame trace is refused by name, not mis-run."""
     from agent import UnsupportedOperation

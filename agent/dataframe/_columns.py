@@ -168,10 +168,22 @@ def csr(n: int, rows_idx: list[np.ndarray], ids: list[np.ndarray]) -> tuple[np.n
         return np.zeros(n, dtype=np.int64), np.array([], dtype=np.int64)
     r = np.concatenate(rows_idx)
     v = np.concatenate(ids)
-    order = np.lexsort((v, r))
-    r, v = r[order], v[order]
-    keep = np.ones(len(v), dtype=bool)
-    keep[1:] = (r[1:] != r[:-1]) | (v[1:] != v[:-1])
-    r, v = r[keep], v[keep]
+    low = int(v.min()) if len(v) else 0
+    span = int(v.max()) - low + 1 if len(v) else 1
+    if n * span < 2**63:
+        # One int64 key (row, id - low), stable-sorted in place (timsort runs over the
+        # sorted runs an aggregate's partial lists bring) and deduplicated on itself:
+        # several times faster than a two-key lexsort on a big group (TPC-H Q1: 1.2 M ids).
+        key = r.astype(np.int64, copy=False) * span + (v.astype(np.int64, copy=False) - low)
+        key.sort(kind="stable")
+        if len(key) > 1:
+            key = key[np.concatenate(([True], key[1:] != key[:-1]))]
+        r, v = key // span, key % span + low
+    else:
+        order = np.lexsort((v, r))
+        r, v = r[order], v[order]
+        keep = np.ones(len(v), dtype=bool)
+        keep[1:] = (r[1:] != r[:-1]) | (v[1:] != v[:-1])
+        r, v = r[keep], v[keep]
     counts = np.bincount(r, minlength=n).astype(np.int64)
     return counts, v
