@@ -228,3 +228,30 @@ def test_replay_of_a_dataframe_run_fails_loud(lc, sales):
         lc.replay(back)
     with pytest.raises(UnsupportedOperation, match="replaying DataFrame and SQL pipelines"):
         lc.replay(q, exclude=back)
+
+
+def test_sorted_groups_collect_in_vanillas_order_with_their_rows(lc, spark, sales):
+    """collect() of an orderBy over aggregated rows sorts them in one task (their ids are
+    not shuffled again): the rows come back in vanilla's order, each group with exactly its
+    source lines, while the aggregate's output spans several partitions."""
+    path, rows, lines = sales
+    mine, theirs = both(lc, spark, path)
+    key = "spark.sql.adaptive.coalescePartitions.enabled"
+    before = spark.conf.get(key)
+    spark.conf.set(key, "false")  # keep the groups in several partitions
+    try:
+
+        def query(df):
+            g = df.groupBy((F.col("id") % 13).alias("k")).agg(F.sum("amount").alias("s"))
+            return g.orderBy(F.col("k").desc())
+
+        q = query(mine)
+        assert q._df.rdd.getNumPartitions() > 1
+        got = q.collect()
+        assert got == query(theirs).collect()
+        lin = q.lineage()
+        for row in got:
+            back = lin.filter(lambda r, k=row["k"]: r["k"] == k).go_back_all().collect()
+            assert sorted(back) == sorted(lines[r[0]] for r in rows if r[0] % 13 == row["k"])
+    finally:
+        spark.conf.set(key, before)

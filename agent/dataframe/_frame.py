@@ -79,6 +79,9 @@ class LineageDataFrame:
         self._name = name or agent.plumbing.node_name("dataframe")
         self._columns: list[str] | None = None
         self.last_output: CapturePoint | None = None
+        # What an action that returns every row collects instead of `df`, when cheaper (see
+        # orderBy): the same rows in the same order.
+        self._collected_df: Any = None
 
     # -- plumbing ----------------------------------------------------------------------------
 
@@ -252,7 +255,15 @@ class LineageDataFrame:
         order = self._ordinals(_flat(cols), sort=True)
         src = self._src(*order)
         out = src.orderBy(*order, **kwargs)
-        return self._new(out if src is self._df else out.drop(CURRENT))
+        frame = self._new(out if src is self._df else out.drop(CURRENT))
+        if self._lin.arrays:
+            # Rows that carry their groups' ids would go through a range exchange after the
+            # aggregate that made them (whose sampling job computes it once more): TPC-H Q1
+            # 1.32x vanilla that way, 1.18x sorted in the one task that returns every row to
+            # the driver anyway. Only actions that return every row use this plan.
+            one = src.coalesce(1).sortWithinPartitions(*order, **kwargs)
+            frame._collected_df = one if src is self._df else one.drop(CURRENT)
+        return frame
 
     sort = orderBy
 

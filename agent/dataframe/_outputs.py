@@ -21,7 +21,8 @@ if TYPE_CHECKING:
 def _fetch(frame: LineageDataFrame) -> tuple[list, list[list]]:
     """Collect `frame`: (rows without hidden columns, each row's hidden values in
     `lin.names` order; arrays as joined strings)."""
-    return _split_rows(frame, joined_arrays(F, frame._df, frame._lin).collect())
+    df = frame._df if frame._collected_df is None else frame._collected_df
+    return _split_rows(frame, joined_arrays(F, df, frame._lin).collect())
 
 
 def _split_rows(frame: LineageDataFrame, rows: list) -> tuple[list, list[list]]:
