@@ -499,3 +499,27 @@ def test_count_reads_no_raw_data_and_data_is_read_in_pages(tmp_path, monkeypatch
         asked.clear()
         assert lin.filter(lambda d: d is None).count() == len(expected)  # no such input file
         assert asked and max(asked) <= 7
+
+
+def test_large_sections_have_blocks_of_their_own(tmp_path, monkeypatch):
+    # A lookup decompresses its slice's whole block, and a hop pays one block per partition
+    # it reaches: a small section (one partition's outputs) must not share its block with a
+    # large section's slices, nor a large section with anyone (and hops stay exact).
+    monkeypatch.setattr(_forward, "SECTION_PAIRS", 40)
+    graph = Graph(6, parts=4, lines=400)
+    root = tmp_path / "repo"
+    store(root, graph, split=False)
+    with ProvenanceRepository.open(root, read_only=True) as repo:
+        fwd = repo._forward
+        ff = fwd.file(next(r.first_id for r in fwd.store.readers()))
+        assert ff is not None
+        pairs = [s.pairs for s in ff.directory.sections]
+        assert min(pairs) < 40 <= max(pairs), pairs  # both kinds are there
+        kinds = set()
+        for b in range(len(ff.directory.block_offsets)):
+            secs = {e.section for e in ff.read_block(b) if isinstance(e, _forward.Decoded)}
+            large = [k for k in secs if pairs[k] >= 40]
+            assert not large or len(secs) == 1, (b, sorted(secs), [pairs[k] for k in secs])
+            kinds.add((bool(large), len(secs) > 1))
+        assert (False, True) in kinds  # small sections do share blocks
+        check_exact(repo, graph)

@@ -56,6 +56,8 @@ _HEAD = struct.Struct("<4sB3x")
 _FOOT = struct.Struct("<QI4s")
 SLICE_PAIRS = 65536  # pairs per slice: a point lookup decodes one slice (~0.5 ms)
 ROUTE_PAIRS = 2048  # routing entries, and routed sections' pairs, per slice
+SECTION_PAIRS = 1024  # a section of this many pairs starts and ends blocks of its own
+SECTION_BLOCK = 4096  # bytes of small sections' slices after which their block ends
 # Parents of one slice up to which a lookup decodes just their rows of children.
 _ROW_LOOKUPS = 8
 _QUEUE = 2  # batches waiting for the builder's thread (each holds its decoded parents)
@@ -277,6 +279,13 @@ class ForwardBuilder:
         m = len(p)
         if m == 0:
             return
+        # A lookup decompresses its slice's whole block, and each partition a hop reaches
+        # costs one such read (~100 us for a 64 KiB block of a reduce side's slices: what a
+        # forward trace at scale paid per partition). So a large section has blocks of its
+        # own, and small ones (one reduce partition's outputs) share a block only with small
+        # neighbours, up to SECTION_BLOCK bytes: a hop into one decodes little beside it.
+        if m >= SECTION_PAIRS:
+            self._flush()
         hi = p >> POSITION_BITS
         single = int(hi[0]) if int(hi[0]) == int(hi[-1]) else -1
         number = len(self._sections)
@@ -313,6 +322,8 @@ class ForwardBuilder:
             sec.lo.append(int(pp[0]))
             sec.hi.append(int(pp[-1]))
             self._add_slice(sl, len(sl.parents.data) + len(sl.counts.data) + len(sl.children.data))
+        if m >= SECTION_PAIRS or self._size >= SECTION_BLOCK:
+            self._flush()
 
     def _add_slice(self, sl: FwdSlice | RouteSlice, size: int) -> None:
         self._pending.append(sl)
@@ -526,6 +537,8 @@ class ForwardFile:
         for k, s in enumerate(d.sections):
             if s.partition_key >= 0:
                 self.by_partition.setdefault(s.partition_key, []).append(k)
+        # Batches whose sections are found through the routing table.
+        self.routed = {s.first_event_id for s in d.sections if s.partition_key < 0}
         self._bounds_of: dict[int, Bounds] = {}
         self._fd: int | None = None
 
@@ -580,18 +593,20 @@ class ForwardFile:
         self, parents: np.ndarray, allowed: set[int], blocks: BlockLoader, pairs: bool = False
     ) -> Iterator[tuple[int, np.ndarray, np.ndarray | None]]:
         """(batch first event id, child indexes, their parents) for each allowed batch holding
-        a child of any of `parents` (ascending, distinct). Children are distinct and ascending
-        (parents None), or, with `pairs`, one per (parent, child) association with its parent.
+        a child of any of `parents` (ascending, distinct). Children may repeat (parents None:
+        the caller makes one set of every batch's), or, with `pairs`, one per (parent, child)
+        association with its parent.
         `blocks(self, b)` decodes block b (through a cache)."""
         wanted: dict[int, np.ndarray] = {}  # section -> the parents to look up there
-        keys = parents >> POSITION_BITS
-        for key in unique_ids(keys).tolist():
-            mine = parents[keys == key]
+        # Parents ascend, so do their partitions: one run of them per partition.
+        for key, i, j in _runs(parents >> POSITION_BITS):
             for k in self.by_partition.get(key, ()):
                 if self.directory.sections[k].first_event_id in allowed:
-                    wanted[k] = mine
+                    wanted[k] = parents[i:j]
         direct: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-        for k, (ps, kids) in self._routed(parents, allowed, blocks).items():
+        # The routing table is searched only when a routed section may hold the answer.
+        routed = self._routed(parents, allowed, blocks) if allowed & self.routed else {}
+        for k, (ps, kids) in routed.items():
             prev = wanted.get(k)
             if kids is not None and prev is None:
                 direct[k] = (kids, ps)  # the routing table names the children
@@ -604,10 +619,7 @@ class ForwardFile:
             else:
                 found, their_parents = self._section_children(k, sec, wanted[k], blocks)
             if len(found):
-                if pairs:
-                    yield sec.first_event_id, found, their_parents
-                else:
-                    yield sec.first_event_id, unique_ids(found), None
+                yield sec.first_event_id, found, their_parents if pairs else None
 
     def _routed(
         self, parents: np.ndarray, allowed: set[int], blocks: BlockLoader
@@ -628,10 +640,15 @@ class ForwardFile:
             secs = r_sections[idx]
             kids = r_kids[idx] if r_kids is not None else None
             who = np.repeat(ps[sel], z[sel] - a[sel])
-            for k in unique_ids(secs).tolist():
+            # Grouped by section at once (a stable sort keeps each section's parents
+            # ascending), not a mask per section: a line's words reach many reduce sections.
+            order = np.argsort(secs, kind="stable")
+            secs, who = secs[order], who[order]
+            if kids is not None:
+                kids = kids[order]
+            for k, i, j in _runs(secs):
                 if d.sections[k].first_event_id in allowed:
-                    mine = secs == k
-                    out.setdefault(k, []).append((who[mine], None if kids is None else kids[mine]))
+                    out.setdefault(k, []).append((who[i:j], None if kids is None else kids[i:j]))
         return {k: _merge_routes(v) for k, v in out.items()}
 
     def _slices(
@@ -716,6 +733,12 @@ def _by_slice(
         return
     first = np.searchsorted(hi_a, parents, side="left")  # first slice ending at or after p
     last = np.searchsorted(lo_a, parents, side="right")  # one past the last starting <= p
+    # Both ascend with the parents: equal ends mean every parent has the same slices (the
+    # usual case for a few parents: a line's words in one routing slice).
+    if first[0] == first[-1] and last[0] == last[-1]:
+        for s in range(int(first[0]), int(last[0])):
+            yield s, parents
+        return
     sel = last > first
     if not sel.any():
         return
@@ -724,9 +747,18 @@ def _by_slice(
     slices = _ranges(a, z)
     order = np.argsort(slices, kind="stable")  # stable: each slice's parents stay ascending
     slices, who = slices[order], who[order]
-    cuts = np.flatnonzero(slices[1:] != slices[:-1]) + 1
-    for s, ps in zip(slices[np.r_[0, cuts]].tolist(), np.split(who, cuts)):
-        yield s, ps
+    for s, i, j in _runs(slices):
+        yield s, who[i:j]
+
+
+def _runs(values: np.ndarray) -> Iterator[tuple[int, int, int]]:
+    """(value, start, stop) of each run of equal values in `values` (grouped already)."""
+    if not len(values):
+        return
+    cuts = np.flatnonzero(values[1:] != values[:-1]) + 1
+    starts = np.concatenate(([0], cuts)).tolist()
+    stops = np.concatenate((cuts, [len(values)])).tolist()
+    yield from zip(values[starts].tolist(), starts, stops)
 
 
 def _ranges(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
