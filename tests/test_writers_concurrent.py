@@ -24,8 +24,10 @@ def test_four_writers_while_rolling_over(tmp_path):
             child("_load_child.py", spec, str(w), str(EVENTS), str(SEAL_EVERY), str(FRAME))
             for w in range(WRITERS)
         ]
+        published = []  # what each rollover made visible while a writer was still running
         while any(p.poll() is None for p in procs):
             repo.rollover()
+            published.append(repo.max_event_id)
             time.sleep(0.05)
         for p in procs:
             out, err = p.communicate(timeout=60)
@@ -34,7 +36,10 @@ def test_four_writers_while_rolling_over(tmp_path):
         repo.rollover()
         total = WRITERS * EVENTS
         assert repo.max_event_id == total
-        assert len(repo.logs()) > 3  # it really merged while the writers were writing
+        # It really merged while the writers were writing: some rollover published part of
+        # the events (how many logs that takes depends on the machine's speed).
+        assert any(0 < n < total for n in published), published
+        assert len(repo.logs()) >= 2
         events = repo.get_events(1, total + 10)
         ids = np.fromiter((e.event_id for e in events), dtype=np.int64, count=len(events))
         rids = np.fromiter((e.record_id for e in events), dtype=np.int64, count=len(events))
