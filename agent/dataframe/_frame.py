@@ -573,7 +573,7 @@ class LineageGroupedData:
         exprs = tuple(_flat(exprs))
         if not frame._lin:
             return frame._new(self._grouped(frame._df).agg(*exprs))
-        return frame._agent.aggregate(frame, self._kind, self._cols, list(exprs), self._sets)
+        return frame._agent.aggregate(frame, self._grouped, self._cols, list(exprs))
 
     def count(self) -> LineageDataFrame:
         return self.agg(F.count(F.lit(1)).alias("count"))

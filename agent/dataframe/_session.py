@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import functions as F
@@ -86,14 +87,13 @@ class FrameAgent:
         )
 
     def aggregate(
-        self, frame: LineageDataFrame, kind: str, cols: list, exprs: list, sets: Any = None
+        self, frame: LineageDataFrame, group: Callable[[Any], Any], cols: list, exprs: list
     ) -> LineageDataFrame:
         """groupBy/rollup/cube/groupingSets(...).agg(...): each group also collects its
-        rows' ids (`sets`: groupingSets' sets)."""
+        rows' ids (`group` applies the grouping, over `cols`, to a DataFrame)."""
         lin = frame._lin
         name = fresh()
-        lead = [] if sets is None else [sets]
-        grouped = getattr(frame._src(*cols, *exprs), kind)(*lead, *cols)
+        grouped = group(frame._src(*cols, *exprs))
         out = grouped.agg(*exprs, collected(F, lin).alias(name))
         return LineageDataFrame(self, out, Lineage((), (name,), lin.cps))
 

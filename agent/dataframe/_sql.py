@@ -912,8 +912,15 @@ class SqlRewriter:
 
 
 # LATERAL VIEW generators (sqlglot's node key, or name) with lineage: the row's.
-_GENERATORS = {"explode", "explodeouter", "posexplode", "posexplodeouter", "inline"}
-_GENERATORS |= {"inlineouter", "stack"}
+_GENERATORS = {
+    "explode",
+    "explodeouter",
+    "posexplode",
+    "posexplodeouter",
+    "inline",
+    "inlineouter",
+    "stack",
+}
 
 
 def _quote(name: str) -> str:

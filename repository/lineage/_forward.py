@@ -45,7 +45,7 @@ from .._blocks import BlockError, compress_block, decode_framed
 from .._errors import RepositoryError
 from .._layout import TMP_SUFFIX
 from .._toc import Toc
-from ._sets import POSITION_BITS
+from ._sets import POSITION_BITS, value_runs
 
 log = logging.getLogger("provrepo.repository")
 
@@ -599,7 +599,7 @@ class ForwardFile:
         `blocks(self, b)` decodes block b (through a cache)."""
         wanted: dict[int, np.ndarray] = {}  # section -> the parents to look up there
         # Parents ascend, so do their partitions: one run of them per partition.
-        for key, i, j in _runs(parents >> POSITION_BITS):
+        for key, i, j in value_runs(parents >> POSITION_BITS):
             for k in self.by_partition.get(key, ()):
                 if self.directory.sections[k].first_event_id in allowed:
                     wanted[k] = parents[i:j]
@@ -646,7 +646,7 @@ class ForwardFile:
             secs, who = secs[order], who[order]
             if kids is not None:
                 kids = kids[order]
-            for k, i, j in _runs(secs):
+            for k, i, j in value_runs(secs):
                 if d.sections[k].first_event_id in allowed:
                     out.setdefault(k, []).append((who[i:j], None if kids is None else kids[i:j]))
         return {k: _merge_routes(v) for k, v in out.items()}
@@ -747,18 +747,8 @@ def _by_slice(
     slices = _ranges(a, z)
     order = np.argsort(slices, kind="stable")  # stable: each slice's parents stay ascending
     slices, who = slices[order], who[order]
-    for s, i, j in _runs(slices):
+    for s, i, j in value_runs(slices):
         yield s, who[i:j]
-
-
-def _runs(values: np.ndarray) -> Iterator[tuple[int, int, int]]:
-    """(value, start, stop) of each run of equal values in `values` (grouped already)."""
-    if not len(values):
-        return
-    cuts = np.flatnonzero(values[1:] != values[:-1]) + 1
-    starts = np.concatenate(([0], cuts)).tolist()
-    stops = np.concatenate((cuts, [len(values)])).tolist()
-    yield from zip(values[starts].tolist(), starts, stops)
 
 
 def _ranges(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:

@@ -29,13 +29,19 @@ def concat_sorted(parts: list[np.ndarray]) -> np.ndarray:
     return unique_ids(parts)
 
 
-def equal_runs(keys: np.ndarray) -> list[tuple[int, int]]:
-    """[start, stop) of each run of equal values in `keys` (grouping a sorted array)."""
+def value_runs(keys: np.ndarray) -> list[tuple[int, int, int]]:
+    """(value, start, stop) of each run of equal values in `keys` (grouping a sorted array)."""
     if not len(keys):
         return []
     cuts = np.flatnonzero(keys[1:] != keys[:-1]) + 1
-    bounds = [0, *cuts.tolist(), len(keys)]
-    return list(pairwise(bounds))
+    starts = np.concatenate(([0], cuts)).tolist()
+    stops = np.concatenate((cuts, [len(keys)])).tolist()
+    return list(zip(keys[starts].tolist(), starts, stops, strict=True))
+
+
+def equal_runs(keys: np.ndarray) -> list[tuple[int, int]]:
+    """[start, stop) of each run of equal values in `keys` (grouping a sorted array)."""
+    return [(a, b) for _, a, b in value_runs(keys)]
 
 
 def gather_ranges(values: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
