@@ -14,7 +14,7 @@ from ._compile import SparkCompiler
 from ._deferred import NARROW_POLICIES
 from ._interpreter import check_capture_python
 from ._plan import ParallelSource, PlanNode, TextSource
-from ._planner import Planner
+from ._planner import NO_DATAFRAME_REPLAY, Planner
 from ._rdd import CapturedRDD, UnsupportedOperation
 from ._spark_trace import SPARK_THRESHOLD
 from ._splits import compute_splits, list_input_files
@@ -259,8 +259,7 @@ class LineageContext:
             if not isinstance(what, CapturedRDD):
                 if hasattr(what, "lineage") and hasattr(what, "groupBy"):  # a DataFrame
                     raise UnsupportedOperation(
-                        "replay(DataFrame, exclude=...): replaying DataFrame and SQL pipelines "
-                        "is not implemented yet (only RDD pipelines replay)"
+                        f"replay(DataFrame, exclude=...): {NO_DATAFRAME_REPLAY}"
                     )
                 raise BadInput("replay(rdd, exclude=...): rdd must be a captured RDD")
             if not isinstance(exclude, LineageRDD):

@@ -79,6 +79,12 @@ class ActionListener(Protocol):
     def action_ended(self, info: ActionInfo) -> None: ...
 
 
+# What replaying a DataFrame/SQL run says: their plans are Spark's, not ours.
+NO_DATAFRAME_REPLAY = (
+    "replaying DataFrame and SQL pipelines is not implemented yet (only RDD pipelines replay)"
+)
+
+
 class Planner:
     """Names, capture points, actions and outputs of one captured run (see the module doc).
 
@@ -243,10 +249,7 @@ class Planner:
             planless = cp.number in self._planless
         if node is None and planless:
             # DataFrame/SQL actions: their plans are Spark's, not ours, so nothing re-runs them
-            raise UnsupportedOperation(
-                f"replay of {cp.component_id}: replaying DataFrame and SQL pipelines is not "
-                "implemented yet (only RDD pipelines replay)"
-            )
+            raise UnsupportedOperation(f"replay of {cp.component_id}: {NO_DATAFRAME_REPLAY}")
         if node is None:
             raise BadInput(f"capture point {cp.component_id} is not an action of this context")
         return node
