@@ -215,6 +215,38 @@ class IntColumn(msgspec.Struct, array_like=True, gc=False, frozen=True):
             return out
         return self.to_array()[start:stop]  # SEGMENTED: raises, it needs its row lengths
 
+    def progression(self) -> int | None:
+        """The step when the column is stored as an arithmetic progression (its values are
+        `base + step * i`, no data), else None."""
+        return self.width if self.codec == RANGE else None
+
+    def at(self, indexes: np.ndarray) -> np.ndarray:
+        """The values at `indexes` (each in [0, n)) as int64, decoding no more than the codec
+        needs: RANGE, PLAIN and SHUFFLED read only those values, DELTA its prefix up to the
+        last one asked for (a lookup of a few entries of a slice)."""
+        idx = np.asarray(indexes, dtype=np.int64)
+        if not len(idx):
+            return np.zeros(0, dtype=np.int64)
+        if int(idx.min()) < 0 or int(idx.max()) >= self.n:
+            raise IndexError(f"index outside a column of {self.n} values")
+        w = self.width
+        if self.codec == RANGE:
+            out: np.ndarray = self.base + w * idx
+            return out
+        if self.codec == PLAIN:
+            raw = np.frombuffer(self.data, dtype=_LE[w], count=self.n)
+            out = raw[idx].astype(np.int64) + np.int64(self.base)
+            return out
+        if self.codec == SHUFFLED:
+            planes = np.frombuffer(self.data, dtype=np.uint8, count=self.n * w).reshape(w, self.n)
+            out = planes[:, idx].T.copy().view(_LE[w]).reshape(len(idx)).astype(np.int64)
+            out += np.int64(self.base)
+            return out
+        if self.codec == DELTA:
+            out = self.take(0, int(idx.max()) + 1)[idx]
+            return out
+        return self.to_array()[idx]  # SEGMENTED: raises, it needs its row lengths
+
     def row(self, counts: np.ndarray, r: int) -> np.ndarray:
         """The values of CSR row `r` (row lengths `counts`), decoding little beyond that row:
         what a point lookup of one record's parents needs."""

@@ -16,9 +16,9 @@ import signal
 import numpy as np
 import pytest
 from _faults import child
-from _lineage_graphs import COMBINE, JOIN, OUTPUT, RUN, SOURCE, Graph
+from _lineage_graphs import COMBINE, JOIN, OUTPUT, REDUCE, RUN, SOURCE, Graph
 
-from journals import IntColumn, prefetch_ranges, unpack_record_id
+from journals import IntColumn, prefetch_ranges, record_id_base, unpack_record_id
 from repository import ProvenanceRepository, RepositoryConfig
 from repository._eventlog import LogReader
 from repository.cli import main as cli
@@ -32,6 +32,7 @@ def small_slices(monkeypatch):
     # Small slices so long rows (hot keys) span several slices and blocks.
     monkeypatch.setattr(_forward, "SLICE_PAIRS", 16)
     monkeypatch.setattr(_forward, "ROUTE_PAIRS", 8)
+    monkeypatch.setattr(_forward, "ROUTE_TABLE_PAIRS", 8)
 
 
 def store(root, graph: Graph, logs: int = 1, split: bool = True, config=CONFIG) -> None:
@@ -121,6 +122,141 @@ def test_reduce_side_hop_reads_only_the_routing_table(tmp_path, monkeypatch):
         assert read and all(isinstance(e, _forward.RouteEntry) for _, es in read for e in es)
 
 
+def test_identity_sections_answer_without_a_read(tmp_path, monkeypatch):
+    # An action's output of a reduce partition gives reduce record i its output record i:
+    # the directory says so, and the hop from reduce records computes the outputs.
+    graph = Graph(4, parts=6, lines=300)
+    root = tmp_path / "repo"
+    store(root, graph)  # split: the second half's batch starts mid-partition
+    with ProvenanceRepository.open(root, read_only=True) as repo:
+        ff = repo._forward.file(repo._forward.store.readers()[0].first_id)
+        assert ff is not None
+        outputs = {
+            b.first_event_id
+            for b in repo._forward.store.readers()[0].toc.batches
+            if b.component_id == "collect#2"
+        }
+        claimed = {s.first_event_id for s in ff.directory.sections if s.identity}
+        assert claimed == outputs
+        read = record_block_reads(monkeypatch)
+        reducers = [r for p in range(2) for r in graph.records[(REDUCE, p)]]
+        for rid in reducers:
+            got = set(repo.lineage.children(RUN, np.array([rid])).tolist())
+            assert got == graph.children_of([rid])
+        picks = np.array(reducers[::3] + reducers[1:2])
+        parents, children = repo.lineage.child_pairs(RUN, np.sort(picks))
+        assert sorted(zip(parents.tolist(), children.tolist())) == graph.edges_from(picks)
+        assert not read
+
+
+def test_narrow_one_to_one_sections_that_are_not_the_identity(tmp_path):
+    # Outputs made from their partition's reduce records one each, but in another order (a
+    # sort inside the partition) or from some of them (a filter): no identity, still exact.
+    graph = Graph(13, parts=4, lines=200)
+    reds = graph.records[(REDUCE, 0)]
+    for out, red in zip(graph.records[(OUTPUT, 0)], reversed(reds), strict=True):
+        graph.parents[out] = [red]
+    kept = graph.records[(OUTPUT, 1)][::2]
+    for out in graph.records[(OUTPUT, 1)][1::2]:
+        del graph.parents[out]
+    graph.records[(OUTPUT, 1)] = [
+        kept[0] + i for i in range(len(kept))
+    ]  # positions stay consecutive: renumber
+    for new, old in zip(graph.records[(OUTPUT, 1)], kept, strict=True):
+        if new != old:
+            graph.parents[new] = graph.parents.pop(old)
+    del graph.records[(JOIN, 0)], graph.records[(JOIN, 1)]  # it named dropped outputs
+    graph.parents = {c: p for c, p in graph.parents.items() if unpack_record_id(c)[0] != JOIN}
+    root = tmp_path / "repo"
+    store(root, graph, split=False)
+    with ProvenanceRepository.open(root, read_only=True) as repo:
+        ff = repo._forward.file(repo._forward.store.readers()[0].first_id)
+        assert ff is not None and not any(s.identity for s in ff.directory.sections)
+        check_exact(repo, graph)
+        assert repo.verify().ok
+
+
+def test_two_runs_in_one_log_never_mix(tmp_path):
+    # Record ids name (capture point, partition, position), not the run: two runs' batches
+    # in one log share ids, and each run's hops land in its own batches only.
+    a, b = Graph(14, parts=4), Graph(15, parts=4)
+    root = tmp_path / "repo"
+    other = [_renamed(x, "other-run") for x in b.batches(split=True)]
+    with ProvenanceRepository.open(root, CONFIG, start_threads=False) as repo:
+        for x in a.batches(split=True) + other:
+            repo.register_events(x)
+        repo.rollover()
+    with ProvenanceRepository.open(root, read_only=True) as repo:
+        check_exact(repo, a)
+        ix = repo.lineage
+        for rid in b.all_ids()[::7]:
+            got = set(ix.children("other-run", np.array([rid])).tolist())
+            assert got == b.children_of([rid])
+
+
+def _renamed(batch, run: str):
+    import msgspec
+
+    details = batch.details.replace(RUN, run) if batch.details else batch.details
+    return msgspec.structs.replace(batch, run_id=run, details=details)
+
+
+def test_two_identity_outputs_of_one_partition(tmp_path, monkeypatch):
+    # Two actions over the same reduce records: two identity sections over one range of
+    # parents; a hop finds the children in both.
+    from _lineage_graphs import CPS
+
+    monkeypatch.setitem(CPS, 6, ("count#4", "count", "SEND", [REDUCE], "narrow"))
+    graph = Graph(16, parts=3)
+    for rp in range(2):
+        for k, red in enumerate(graph.records[(REDUCE, rp)]):
+            out = record_id_base(6, rp) + k
+            graph.parents[out] = [red]
+            graph.records[(6, rp)].append(out)
+    root = tmp_path / "repo"
+    store(root, graph)
+    with ProvenanceRepository.open(root, read_only=True) as repo:
+        check_exact(repo, graph)
+        assert repo.verify().ok
+
+
+def test_files_without_identity_sections_read_the_sections(tmp_path, monkeypatch):
+    # Forward files written before sections could say they are the identity decode with
+    # False: their hops read the sections, as exactly (and verify accepts them).
+    real = _forward.FwdSection
+    monkeypatch.setattr(_forward, "FwdSection", lambda *a: real(*a[:6]))
+    graph = Graph(12, hot=1)
+    root = tmp_path / "repo"
+    store(root, graph, logs=2)
+    monkeypatch.setattr(_forward, "FwdSection", real)
+    with ProvenanceRepository.open(root, read_only=True) as repo:
+        for r in repo._forward.store.readers():
+            ff = repo._forward.file(r.first_id)
+            assert ff is not None and not any(s.identity for s in ff.directory.sections)
+        check_exact(repo, graph)
+        assert repo.verify().ok
+    assert cli(["reindex", str(root), "--quiet"]) == 0  # upgrades them
+    with ProvenanceRepository.open(root, read_only=True) as repo:
+        assert any(
+            s.identity
+            for r in repo._forward.store.readers()
+            for s in repo._forward.file(r.first_id).directory.sections
+        )
+        check_exact(repo, graph)
+
+
+def test_verify_finds_a_section_claiming_identity_falsely(tmp_path, monkeypatch):
+    real = _forward.FwdSection
+    monkeypatch.setattr(
+        _forward, "FwdSection", lambda *a: real(*a[:6], a[2] >= 0)
+    )  # every narrow section, the combiners' too
+    root = tmp_path / "repo"
+    store(root, Graph(3))
+    monkeypatch.setattr(_forward, "FwdSection", real)
+    with ProvenanceRepository.open(root, read_only=True) as repo:
+        assert any("not the identity it claims" in p for p in repo.verify().problems)
+
+
 def test_routing_without_children_reads_the_sections(tmp_path, monkeypatch):
     # Files written before the routing table named children (or entries whose section has
     # several children for a parent, -1) are answered from the sections, as exactly.
@@ -129,6 +265,8 @@ def test_routing_without_children_reads_the_sections(tmp_path, monkeypatch):
     store(root, graph, logs=2)
     real = _forward.RouteEntry.arrays
     monkeypatch.setattr(_forward.RouteEntry, "arrays", lambda rt: (*real(rt)[:2], None))
+    looked = _forward.RouteEntry.lookup
+    monkeypatch.setattr(_forward.RouteEntry, "lookup", lambda rt, ps: (*looked(rt, ps)[:2], None))
     with ProvenanceRepository.open(root, read_only=True) as repo:
         check_exact(repo, graph)
 

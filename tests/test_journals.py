@@ -89,6 +89,29 @@ def test_one_row_or_range_decodes_alone(rows, shuffle_rows, data):
             a = data.draw(st.integers(0, len(flat)))
             b = data.draw(st.integers(a, len(flat)))
             assert col.take(a, b).tolist() == flat[a:b].tolist()
+            if len(flat):
+                idx = np.array(data.draw(st.lists(st.integers(0, len(flat) - 1), max_size=9)))
+                assert col.at(idx).tolist() == flat[idx.astype(np.int64)].tolist()
+
+
+@settings(deadline=None)  # numpy codecs: slow first calls on a loaded machine
+@given(st.lists(st.integers(min_value=-(2**62), max_value=2**62), min_size=1, max_size=200))
+def test_values_at_indexes_in_every_codec(values):
+    """`at` (a lookup's few entries) agrees with decoding the whole column, in every codec."""
+    idx = np.array(sorted({0, len(values) - 1, len(values) // 3}), dtype=np.int64)
+    for arr in (np.array(values, dtype=np.int64), np.sort(values)):  # SHUFFLED, DELTA
+        _values_at(arr, idx)
+
+
+def _values_at(arr: np.ndarray, idx: np.ndarray) -> None:
+    plain = IntColumn.from_array(arr)
+    for col in (plain, plain.compacted(), IntColumn.stored(arr)):
+        assert col.at(idx).tolist() == arr[idx].tolist()
+        assert col.at(idx[::-1]).tolist() == arr[idx[::-1]].tolist()
+        with pytest.raises(IndexError):
+            col.at(np.array([len(arr)]))
+        with pytest.raises(IndexError):
+            col.at(np.array([-1]))
 
 
 def test_rice_row_lookup_when_the_first_gap_is_long():
@@ -127,6 +150,12 @@ def test_unordered_columns_are_stored_shuffled_not_delta():
     col = IntColumn.from_array(counts).compacted()
     assert col.codec == SHUFFLED and col.to_array().tolist() == counts.tolist()
     assert IntColumn.from_array(np.cumsum(counts)).compacted().codec == DELTA
+
+
+def test_progression_names_the_step_of_a_range_column_only():
+    assert IntColumn.from_range(range(5, 50, 3)).progression() == 3
+    assert IntColumn.stored(np.arange(10, 20)).progression() == 1
+    assert IntColumn.stored(np.array([1, 2, 4, 8, 9])).progression() is None
 
 
 def test_range_column_costs_no_data():

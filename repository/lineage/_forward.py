@@ -34,7 +34,8 @@ import queue
 import struct
 import threading
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Hashable, Iterator
+from itertools import pairwise
 
 import msgspec
 import numpy as np
@@ -55,11 +56,17 @@ FWD_VERSION = 1
 _HEAD = struct.Struct("<4sB3x")
 _FOOT = struct.Struct("<QI4s")
 SLICE_PAIRS = 65536  # pairs per slice: a point lookup decodes one slice (~0.5 ms)
-ROUTE_PAIRS = 2048  # routing entries, and routed sections' pairs, per slice
+ROUTE_PAIRS = 2048  # routed sections' pairs per slice
+# Routing entries per slice: a lookup decodes a slice's parents and just its own entries'
+# sections and children, so larger slices cost a hop fewer slices (a line's words: 1-2).
+ROUTE_TABLE_PAIRS = 8192
 SECTION_PAIRS = 1024  # a section of this many pairs starts and ends blocks of its own
 SECTION_BLOCK = 4096  # bytes of small sections' slices after which their block ends
+ROUTE_BLOCK = 8192  # bytes of routing slices after which their block ends
 # Parents of one slice up to which a lookup decodes just their rows of children.
 _ROW_LOOKUPS = 8
+# Entries of one routing slice up to which a lookup decodes just their sections and children.
+_ENTRY_LOOKUPS = 64
 _QUEUE = 2  # batches waiting for the builder's thread (each holds its decoded parents)
 LINE_STRIDE = 32  # text lines per sampled offset: a traced line costs one read of ~32 lines
 
@@ -97,6 +104,10 @@ class FwdSection(msgspec.Struct, array_like=True, gc=False):
     blocks: list[int]
     lo: list[int]
     hi: list[int]
+    # Pair i is (lo[0] + i, child i): a narrow 1:1 batch over a range of parents (an
+    # action's output of a reduce partition). A hop computes such children, reading nothing.
+    # (Files written before this field decode with False: their sections are read.)
+    identity: bool = False
 
 
 class LineSample(msgspec.Struct, array_like=True, gc=False):
@@ -289,11 +300,17 @@ class ForwardBuilder:
         hi = p >> POSITION_BITS
         single = int(hi[0]) if int(hi[0]) == int(hi[-1]) else -1
         number = len(self._sections)
-        sec = FwdSection(first_event_id, m, single, [], [], [])
-        self._sections.append(sec)
         new = np.empty(m, dtype=bool)
         new[0] = True
         np.not_equal(p[1:], p[:-1], out=new[1:])
+        identity = (
+            single >= 0
+            and int(p[-1]) - int(p[0]) == m - 1
+            and bool(new.all())  # distinct and ascending over m values: p[0] .. p[0] + m - 1
+            and bool((c == np.arange(m)).all())
+        )
+        sec = FwdSection(first_event_id, m, single, [], [], [], identity)
+        self._sections.append(sec)
         if single < 0:
             distinct = p[new]
             self._route_parents.append(distinct)
@@ -356,14 +373,21 @@ class ForwardBuilder:
         self._route_parents, self._route_sections, self._route_children = [], [], []
         order = np.argsort(parents, kind="stable")
         parents, sections, children = parents[order], sections[order], children[order]
-        for a in range(0, len(parents), ROUTE_PAIRS):
-            b = min(len(parents), a + ROUTE_PAIRS)
-            kids = IntColumn.stored(children[a:b])
-            sl = RouteSlice(IntColumn.stored(parents[a:b]), IntColumn.stored(sections[a:b]), kids)
+        for a in range(0, len(parents), ROUTE_TABLE_PAIRS):
+            b = min(len(parents), a + ROUTE_TABLE_PAIRS)
+            # Sections and children packed plain (not as deltas): a lookup reads just its
+            # entries' values (`IntColumn.at`).
+            kids = IntColumn.from_array(children[a:b])
+            secs = IntColumn.from_array(sections[a:b])
+            sl = RouteSlice(IntColumn.stored(parents[a:b]), secs, kids)
             blocks.append(len(self._offsets))
             lo.append(int(parents[a]))
             hi.append(int(parents[b - 1]))
             self._add_slice(sl, len(sl.parents.data) + len(sl.sections.data) + len(kids.data))
+            # A hop reads the routing blocks of its few parents, and each pick of a trace
+            # reaches other ones: small blocks, so a read decodes little beside its slice.
+            if self._size >= ROUTE_BLOCK:
+                self._flush()
         self._flush()
         return blocks, lo, hi
 
@@ -469,12 +493,15 @@ class Decoded:
 
 
 class RouteEntry:
-    """A routing slice, decoded on first use (a lookup needs one or two of a block's)."""
+    """A routing slice, decoded on first use (a lookup needs one or two of a block's): a
+    lookup of a few parents decodes the parents and only their entries' sections and
+    children."""
 
-    __slots__ = ("_arrays", "_slice", "nbytes")
+    __slots__ = ("_arrays", "_parents", "_slice", "nbytes")
 
     def __init__(self, sl: RouteSlice) -> None:
         self._slice: RouteSlice | None = sl
+        self._parents: np.ndarray | None = None
         self._arrays: tuple[np.ndarray, np.ndarray, np.ndarray | None] | None = None
         self.nbytes = 64 + 8 * 3 * sl.parents.n
 
@@ -483,13 +510,54 @@ class RouteEntry:
         if self._arrays is None:
             sl = self._slice
             assert sl is not None
-            parents, sections = sl.parents.to_array(), sl.sections.to_array()
+            parents, sections = self._parents_array(), sl.sections.to_array()
             kids = sl.children.to_array() if sl.children is not None else None
             if len(sections) != len(parents) or (kids is not None and len(kids) != len(parents)):
                 raise ForwardError("a routing slice's columns differ in length")
             self._arrays = (parents, sections, kids)
             self._slice = None
         return self._arrays
+
+    def _parents_array(self) -> np.ndarray:
+        if self._parents is None:
+            assert self._slice is not None
+            self._parents = self._slice.parents.to_array()
+        return self._parents
+
+    def lookup(self, ps: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        """(parent, section, child or -1) of each entry of the parents `ps` (ascending);
+        children None when the slice stores none (an older file)."""
+        sl = self._slice
+        if sl is not None and len(ps) <= _ENTRY_LOOKUPS and sl.parents.progression() == 1:
+            # Consecutive distinct parents (a shuffle's map side, each record routed once):
+            # an entry's index is its parent's offset, no search.
+            first = sl.parents.base
+            who = ps[(ps >= first) & (ps < first + sl.parents.n)]
+            return self._entries(sl, who, who - first)
+        parents = self._parents_array() if self._arrays is None else self._arrays[0]
+        a = np.searchsorted(parents, ps, side="left")
+        z = np.searchsorted(parents, ps, side="right")
+        sel = z > a
+        if not sel.any():
+            return _EMPTY, _EMPTY, _EMPTY
+        idx = _ranges(a[sel], z[sel])
+        who = np.repeat(ps[sel], z[sel] - a[sel])
+        if sl is not None and len(idx) <= _ENTRY_LOOKUPS:
+            return self._entries(sl, who, idx)
+        _, sections, children = self.arrays()
+        return who, sections[idx], None if children is None else children[idx]
+
+    @staticmethod
+    def _entries(
+        sl: RouteSlice, who: np.ndarray, idx: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        """(parents, sections, children) of entries `idx` of a slice not decoded in full."""
+        if sl.sections.n != sl.parents.n or (
+            sl.children is not None and sl.children.n != sl.parents.n
+        ):
+            raise ForwardError("a routing slice's columns differ in length")
+        kids = sl.children.at(idx) if sl.children is not None else None
+        return who, sl.sections.at(idx), kids
 
 
 BlockLoader = Callable[["ForwardFile", int], list]
@@ -533,12 +601,12 @@ class ForwardFile:
             s.first_event_id: (s.uri, s.stride, np.frombuffer(s.offsets, dtype="<i8"))
             for s in d.lines
         }
-        self.by_partition: dict[int, list[int]] = {}
-        for k, s in enumerate(d.sections):
-            if s.partition_key >= 0:
-                self.by_partition.setdefault(s.partition_key, []).append(k)
-        # Batches whose sections are found through the routing table.
-        self.routed = {s.first_event_id for s in d.sections if s.partition_key < 0}
+        # Each section's first record id (its batch's, from the toc): children are record ids.
+        starts = {b.first_event_id: b.record_start for b in toc.batches if b.record_step == 1}
+        self.record_starts = np.array(
+            [starts.get(s.first_event_id, -1) for s in d.sections], dtype=np.int64
+        )
+        self._plans: dict[Hashable, HopPlan] = {}
         self._bounds_of: dict[int, Bounds] = {}
         self._fd: int | None = None
 
@@ -589,67 +657,87 @@ class ForwardFile:
 
     # -- lookups ---------------------------------------------------------------------------------
 
-    def children(
-        self, parents: np.ndarray, allowed: set[int], blocks: BlockLoader, pairs: bool = False
-    ) -> Iterator[tuple[int, np.ndarray, np.ndarray | None]]:
-        """(batch first event id, child indexes, their parents) for each allowed batch holding
-        a child of any of `parents` (ascending, distinct). Children may repeat (parents None:
-        the caller makes one set of every batch's), or, with `pairs`, one per (parent, child)
-        association with its parent.
-        `blocks(self, b)` decodes block b (through a cache)."""
+    def plan(self, key: Hashable, allowed: Collection[int]) -> HopPlan:
+        """The `HopPlan` of hops into the batches `allowed` (first event ids), made once per
+        `key` (the caller's name for that set of batches: the same key, the same set)."""
+        hit = self._plans.get(key)
+        if hit is None:
+            hit = self._plans[key] = HopPlan(self.directory, allowed)
+        return hit
+
+    def hop(
+        self, parents: np.ndarray, plan: HopPlan, blocks: BlockLoader, pairs: bool = False
+    ) -> tuple[np.ndarray, np.ndarray | None]:
+        """(child record ids, their parents) in the plan's batches of `parents` (ascending,
+        distinct): one per association, with its parent when `pairs` (else None; children
+        may then repeat). Work is vectorized over the sections the answer reaches: identity
+        sections and routing entries that name their child give record ids by arithmetic;
+        only the other sections' slices are read. `blocks(self, b)` decodes block b."""
+        kids: list[np.ndarray] = []
+        pars: list[np.ndarray] = []
+        if len(plan.id_lo):
+            i = np.searchsorted(plan.id_lo, parents, side="right") - 1
+            np.maximum(i, 0, out=i)
+            hit = (parents >= plan.id_lo[i]) & (parents <= plan.id_hi[i])
+            if hit.any():
+                ps, j = parents[hit], i[hit]
+                kids.append(self.record_starts[plan.id_sec[j]] + (ps - plan.id_lo[j]))
+                pars.append(ps)
         wanted: dict[int, np.ndarray] = {}  # section -> the parents to look up there
-        # Parents ascend, so do their partitions: one run of them per partition.
-        for key, i, j in value_runs(parents >> POSITION_BITS):
-            for k in self.by_partition.get(key, ()):
-                if self.directory.sections[k].first_event_id in allowed:
-                    wanted[k] = parents[i:j]
-        direct: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-        # The routing table is searched only when a routed section may hold the answer.
-        routed = self._routed(parents, allowed, blocks) if allowed & self.routed else {}
-        for k, (ps, kids) in routed.items():
-            prev = wanted.get(k)
-            if kids is not None and prev is None:
-                direct[k] = (kids, ps)  # the routing table names the children
-                continue
-            wanted[k] = ps if prev is None else unique_ids(np.concatenate((prev, ps)))
-        for k in sorted(wanted.keys() | direct.keys()):
-            sec = self.directory.sections[k]
-            if k in direct:
-                found, their_parents = direct[k]
-            else:
-                found, their_parents = self._section_children(k, sec, wanted[k], blocks)
+        if plan.narrow:  # parents ascend, so do their partitions: a run of them per partition
+            for key, a, b in value_runs(parents >> POSITION_BITS):
+                for k in plan.narrow.get(key, ()):
+                    wanted[k] = parents[a:b]
+        if plan.routed:  # the routing table is searched only when a routed section may answer
+            self._routed(parents, plan, blocks, wanted, kids, pars)
+        for k in sorted(wanted):
+            found, their = self._section_children(k, wanted[k], blocks)
             if len(found):
-                yield sec.first_event_id, found, their_parents if pairs else None
+                kids.append(self.record_starts[k] + found)
+                pars.append(their)
+        if not kids:
+            return _EMPTY, (_EMPTY if pairs else None)
+        if len(kids) == 1:
+            return kids[0], (pars[0] if pairs else None)
+        return np.concatenate(kids), (np.concatenate(pars) if pairs else None)
 
     def _routed(
-        self, parents: np.ndarray, allowed: set[int], blocks: BlockLoader
-    ) -> dict[int, tuple[np.ndarray, np.ndarray | None]]:
-        """Section -> (the parents it holds, ascending; their one child each, or None when
-        the section must be read for them), for the multi-partition sections (routing)."""
-        d = self.directory
-        out: dict[int, list[tuple[np.ndarray, np.ndarray | None]]] = {}
+        self,
+        parents: np.ndarray,
+        plan: HopPlan,
+        blocks: BlockLoader,
+        wanted: dict[int, np.ndarray],
+        kids: list[np.ndarray],
+        pars: list[np.ndarray],
+    ) -> None:
+        """The routed (multi-partition) sections' answer: children that routing entries name
+        go to `kids` / `pars` (record ids, parents) at once, whatever the number of sections;
+        the parents whose sections must be read (entries naming no child) to `wanted`."""
         for rt, ps in self._slices(-1, parents, blocks):
             assert isinstance(rt, RouteEntry)
-            r_parents, r_sections, r_kids = rt.arrays()
-            a = np.searchsorted(r_parents, ps, side="left")
-            z = np.searchsorted(r_parents, ps, side="right")
-            sel = z > a
-            if not sel.any():
+            who, secs, named = rt.lookup(ps)
+            if not len(who):
                 continue
-            idx = _ranges(a[sel], z[sel])
-            secs = r_sections[idx]
-            kids = r_kids[idx] if r_kids is not None else None
-            who = np.repeat(ps[sel], z[sel] - a[sel])
+            if int(secs.min()) < 0 or int(secs.max()) >= len(plan.allowed):
+                raise ForwardError(f"{self.path}: a routing entry names no section")
+            keep = plan.allowed[secs]
+            secs, who = secs[keep], who[keep]
+            if named is not None:
+                named = named[keep]
+                direct = named >= 0  # the section gives this parent this one child
+                kids.append(self.record_starts[secs[direct]] + named[direct])
+                pars.append(who[direct])
+                secs, who = secs[~direct], who[~direct]
+            if not len(secs):
+                continue
             # Grouped by section at once (a stable sort keeps each section's parents
             # ascending), not a mask per section: a line's words reach many reduce sections.
             order = np.argsort(secs, kind="stable")
             secs, who = secs[order], who[order]
-            if kids is not None:
-                kids = kids[order]
             for k, i, j in value_runs(secs):
-                if d.sections[k].first_event_id in allowed:
-                    out.setdefault(k, []).append((who[i:j], None if kids is None else kids[i:j]))
-        return {k: _merge_routes(v) for k, v in out.items()}
+                prev = wanted.get(k)
+                mine = who[i:j]
+                wanted[k] = mine if prev is None else unique_ids(np.concatenate((prev, mine)))
 
     def _slices(
         self, k: int, parents: np.ndarray, blocks: BlockLoader
@@ -673,9 +761,14 @@ class ForwardFile:
             yield mine[nth], ps
 
     def _section_children(
-        self, k: int, sec: FwdSection, parents: np.ndarray, blocks: BlockLoader
+        self, k: int, parents: np.ndarray, blocks: BlockLoader
     ) -> tuple[np.ndarray, np.ndarray]:
         """(child indexes, their parents): one per association of `parents` in section k."""
+        sec = self.directory.sections[k]
+        if sec.identity:  # pair i is (lo + i, i)
+            lo = sec.lo[0] if sec.lo else 0
+            ps = parents[(parents >= lo) & (parents < lo + sec.pairs)]
+            return ps - lo, ps
         kids, pars = [], []
         for sl, ps in self._slices(k, parents, blocks):
             assert isinstance(sl, Decoded)
@@ -684,36 +777,47 @@ class ForwardFile:
                 kids.append(found[0])
                 pars.append(found[1])
         if not kids:
-            empty = np.zeros(0, dtype=np.int64)
-            return empty, empty
+            return _EMPTY, _EMPTY
         if len(kids) == 1:
             return kids[0], pars[0]
         return np.concatenate(kids), np.concatenate(pars)
 
 
+class HopPlan:
+    """What hops into one set of batches (a run's capture points fed by the hop's) need of a
+    forward file, made once: which sections are allowed; the identity sections as one
+    sorted table of parent ranges (a hop into many of them is one binary search); the other
+    narrow sections by their parents' partition; whether any routed section is allowed."""
+
+    __slots__ = ("allowed", "deferred", "id_hi", "id_lo", "id_sec", "narrow", "routed")
+
+    def __init__(self, d: FwdDirectory, allowed: Collection[int]) -> None:
+        firsts = set(allowed)
+        self.allowed = np.array([s.first_event_id in firsts for s in d.sections], dtype=bool)
+        # Batches of deferred lineage have no section: the caller re-runs their chains.
+        self.deferred = not firsts.isdisjoint(d.deferred)
+        ident = [
+            (s.lo[0], s.lo[0] + s.pairs - 1, k)
+            for k, s in enumerate(d.sections)
+            if self.allowed[k] and s.identity and s.lo and s.partition_key >= 0
+        ]
+        ident.sort()
+        if any(a[1] >= b[0] for a, b in pairwise(ident)):
+            ident = []  # overlapping ranges (two outputs of one partition): read per section
+        table = np.array(ident, dtype=np.int64).reshape(-1, 3)
+        self.id_lo, self.id_hi, self.id_sec = table[:, 0], table[:, 1], table[:, 2]
+        in_table = set(self.id_sec.tolist())
+        self.narrow: dict[int, list[int]] = {}
+        for k, s in enumerate(d.sections):
+            if self.allowed[k] and s.partition_key >= 0 and k not in in_table:
+                self.narrow.setdefault(s.partition_key, []).append(k)
+        self.routed = any(self.allowed[k] for k, s in enumerate(d.sections) if s.partition_key < 0)
+
+
+_EMPTY = np.zeros(0, dtype=np.int64)
+
+
 Bounds = tuple[np.ndarray, np.ndarray, np.ndarray]  # slices' first and last parents, blocks
-
-
-def _merge_routes(
-    parts: list[tuple[np.ndarray, np.ndarray | None]],
-) -> tuple[np.ndarray, np.ndarray | None]:
-    """One section's routed (parents, children) from several routing slices: parents
-    ascending; children None unless every entry names its child."""
-    if len(parts) == 1:  # the usual case: one slice's entries, ascending and distinct
-        ps, kids = parts[0]
-        return ps, kids if kids is not None and not bool((kids < 0).any()) else None
-    ps = np.concatenate([p for p, _ in parts])
-    known = [k for _, k in parts if k is not None]
-    if len(known) < len(parts) or any(bool((k < 0).any()) for k in known):
-        return unique_ids(ps), None
-    kids = np.concatenate(known)
-    if len(ps) > 1 and not bool((ps[1:] > ps[:-1]).all()):
-        order = np.argsort(ps, kind="stable")
-        ps, kids = ps[order], kids[order]
-        keep = np.ones(len(ps), dtype=bool)  # one entry per (parent, section): drop repeats
-        keep[1:] = ps[1:] != ps[:-1]
-        ps, kids = ps[keep], kids[keep]
-    return ps, kids
 
 
 def _by_slice(

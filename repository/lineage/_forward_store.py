@@ -31,6 +31,7 @@ from ._forward import (
     ForwardBuilder,
     ForwardError,
     ForwardFile,
+    FwdSection,
     RouteEntry,
     forward_path,
     is_deferred,
@@ -350,6 +351,22 @@ def _check_route(
     return []
 
 
+def _identity_fits(s: Decoded, sec: FwdSection, done: int) -> bool:
+    """Whether a slice of an identity section holds exactly its pairs (lo + i, i), for
+    i from `done` (its section's pairs in earlier slices): hops compute those children
+    without reading the slices."""
+    parents, starts, children = s.arrays()
+    n = len(children)
+    want = np.arange(done, done + n, dtype=np.int64)
+    return (
+        bool(sec.lo)
+        and len(parents) == n
+        and bool((np.diff(starts) == 1).all())
+        and bool((children == want).all())
+        and bool((parents == sec.lo[0] + want).all())
+    )
+
+
 def _verify_file(path: str, toc: Toc) -> list[str]:
     try:
         ff = ForwardFile(path, toc)
@@ -360,12 +377,24 @@ def _verify_file(path: str, toc: Toc) -> list[str]:
         pairs: dict[int, int] = {}
         sizes = {b.first_event_id: b.count for b in toc.batches}
         firsts = [s.first_event_id for s in ff.directory.sections]
+        sections = ff.directory.sections
         for b in range(len(ff.directory.block_offsets)):
             try:
                 slices = ff.read_block(b)
                 for s in slices:
                     if isinstance(s, Decoded):  # decoded in full: each column must decode
-                        pairs[s.section] = pairs.get(s.section, 0) + len(s.arrays()[2])
+                        if not 0 <= s.section < len(sections):
+                            problems.append(f"{path}: block {b}: a slice names no section")
+                            continue
+                        done = pairs.get(s.section, 0)
+                        pairs[s.section] = done + len(s.arrays()[2])
+                        if sections[s.section].identity and not _identity_fits(
+                            s, sections[s.section], done
+                        ):
+                            problems.append(
+                                f"{path}: block {b}: section for event "
+                                f"{firsts[s.section]} is not the identity it claims"
+                            )
                     else:
                         problems.extend(_check_route(path, b, s, firsts, sizes))
             except ForwardError as e:

@@ -19,9 +19,9 @@ import pickle
 import threading
 from bisect import bisect_right
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Hashable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -103,6 +103,16 @@ class CapturePointInfo:
     # The deferred narrow policy's fields (group, input, chain) when the combiner's
     # associations are re-derived at trace time (see `_deferred`); None: stored eagerly.
     deferred: dict | None = None
+
+
+class _Target(NamedTuple):
+    """A batch a forward hop may land in: its capture point and partition, where it is, and
+    whether its dependency is narrow (then only its own partition's parents lead to it)."""
+
+    cp: int
+    part: int
+    loc: BatchLoc
+    narrow: bool
 
 
 @dataclass
@@ -197,6 +207,12 @@ class LineageIndex:
         self._forward.cache.limit = 2 * eighth
         self._deferred = DeferredResolver(self, cache_bytes - 7 * eighth)
         self._infos: dict[str, RunInfo] = {}
+        # Forward hops' landing batches per (run, capture point, generation); a refresh that
+        # takes in logs starts a new generation.
+        self._targets: dict[
+            Hashable, tuple[list[CapturePointInfo], dict[int, dict[int, _Target]], Hashable]
+        ] = {}
+        self._generation = 0
         self._scan_rows = ScanRows()  # DataFrame scan rows, re-read from their files
 
     @property
@@ -240,6 +256,8 @@ class LineageIndex:
                 locs.sort(key=lambda x: x.pos_start)
                 self._firsts[key] = [x.pos_start for x in locs]
             self._infos.clear()
+            self._targets.clear()
+            self._generation += 1
 
     def _add(self, log_first: int, b: BatchRef) -> tuple[str, int, int] | None:
         if b.record_step != 1:
@@ -664,59 +682,73 @@ class LineageIndex:
         info = info or self.run_info(run)
         out: list[tuple[np.ndarray | None, np.ndarray]] = []
         for cp, mine in _by_capture_point(ids):
-            parts = set(((mine >> POSITION_BITS) & MAX_PARTITION).tolist())
-            by_log: dict[int, dict[int, tuple[int, int, BatchLoc]]] = {}
-            with self._lock:
-                for child in self._child_cps(info, cp):
-                    c = info.capture_points.get(child)
-                    if c is not None and c.deferred and int(c.deferred["input"]) == cp:
-                        out.append(self._deferred.child_edges(run, c, mine, pairs))
-                        continue
-                    narrow = c is not None and c.dependency == "narrow"
-                    for part in self.partitions(run, child):
-                        if narrow and part not in parts:
-                            continue
-                        for loc in self._dirs[run][(child, part)]:
-                            if loc.associations:
-                                by_log.setdefault(loc.log_first, {})[loc.first_event_id] = (
-                                    child,
-                                    part,
-                                    loc,
-                                )
+            deferred, by_log, key = self._forward_targets(run, info, cp)
+            for c in deferred:
+                out.append(self._deferred.child_edges(run, c, mine, pairs))
             for log_first, allowed in by_log.items():
-                out.extend(self._edges_from_log(run, log_first, allowed, mine, pairs))
+                out.extend(self._edges_from_log(run, key, log_first, allowed, mine, pairs))
         return out
+
+    def _forward_targets(
+        self, run: str, info: RunInfo, cp: int
+    ) -> tuple[list[CapturePointInfo], dict[int, dict[int, _Target]], Hashable]:
+        """Where a forward hop from `cp` may land: the deferred capture points it feeds, and
+        per log the batches (first event id -> target) of the others; made once per refresh
+        (a hop costs its answer, not a walk over every partition), with the key naming
+        that set of batches for the forward files' hop plans."""
+        with self._lock:
+            key = (run, cp, self._generation)
+            hit = self._targets.get(key)
+            if hit is not None:
+                return hit
+            deferred: list[CapturePointInfo] = []
+            by_log: dict[int, dict[int, _Target]] = {}
+            for child in self._child_cps(info, cp):
+                c = info.capture_points.get(child)
+                if c is not None and c.deferred and int(c.deferred["input"]) == cp:
+                    deferred.append(c)
+                    continue
+                narrow = c is not None and c.dependency == "narrow"
+                for part in self.partitions(run, child):
+                    for loc in self._dirs[run][(child, part)]:
+                        if loc.associations:
+                            by_log.setdefault(loc.log_first, {})[loc.first_event_id] = _Target(
+                                child, part, loc, narrow
+                            )
+            hit = self._targets[key] = (deferred, by_log, key)
+            return hit
 
     def _edges_from_log(
         self,
         run: str,
+        key: Hashable,
         log_first: int,
-        allowed: dict[int, tuple[int, int, BatchLoc]],
+        allowed: dict[int, _Target],
         parents: np.ndarray,
         pairs: bool,
     ) -> list[tuple[np.ndarray | None, np.ndarray]]:
         """Edges from `parents` into the `allowed` batches of one log: through its forward
         index, or by scanning those batches when the index cannot be used."""
         ff = self._forward.file(log_first)
-        if ff is not None and not set(allowed).isdisjoint(ff.directory.deferred):
-            raise _no_descriptor(run)
         for _attempt in range(2):
             if ff is None:
                 break
             try:
-                return [
-                    (pars, record_id_base(child, part) + loc.pos_start + idx)
-                    for first, idx, pars in ff.children(
-                        parents, set(allowed), self._forward.block, pairs
-                    )
-                    for child, part, loc in [allowed[first]]
-                ]
+                plan = ff.plan(key, allowed.keys())
+                if plan.deferred:
+                    raise _no_descriptor(run)
+                kids, pars = ff.hop(parents, plan, self._forward.block, pairs)
+                return [(pars, kids)] if len(kids) else []
             except ForwardError as e:  # damaged block: rebuilt (owner) or not used again
                 ff = self._forward.damaged(log_first, e)
             except FileNotFoundError:
                 return []  # the log was aged off meanwhile
+        # A narrow batch holds children of its own partition's parents only.
+        parts = set(((parents >> POSITION_BITS) & MAX_PARTITION).tolist())
         return [
-            self._children_in(child, part, loc, parents) for child, part, loc in allowed.values()
+            self._children_in(t.cp, t.part, t.loc, parents)
+            for t in allowed.values()
+            if not t.narrow or t.part in parts
         ]
 
     def trace(
