@@ -176,6 +176,26 @@ def test_narrow_one_to_one_sections_that_are_not_the_identity(tmp_path):
         assert repo.verify().ok
 
 
+def test_hops_see_the_batches_of_logs_committed_after_them(tmp_path):
+    # A hop's landing batches and hop plans are kept between hops; a log committed
+    # meanwhile (more of the run's batches) starts them afresh.
+    graph = Graph(17, parts=4)
+    batches = graph.batches(split=True)
+    first = [b for b in batches if not b.component_id.startswith(("collect", "join"))]
+    with ProvenanceRepository.open(tmp_path / "repo", CONFIG, start_threads=False) as repo:
+        for b in first:
+            repo.register_events(b)
+        repo.rollover()
+        ix = repo.lineage
+        reducers = np.array(graph.records[(REDUCE, 0)] + graph.records[(REDUCE, 1)])
+        assert not len(ix.children(RUN, reducers))  # no outputs yet
+        for b in batches:
+            if b not in first:
+                repo.register_events(b)
+        repo.rollover()
+        check_exact(repo, graph)
+
+
 def test_two_runs_in_one_log_never_mix(tmp_path):
     # Record ids name (capture point, partition, position), not the run: two runs' batches
     # in one log share ids, and each run's hops land in its own batches only.

@@ -606,7 +606,7 @@ class ForwardFile:
         self.record_starts = np.array(
             [starts.get(s.first_event_id, -1) for s in d.sections], dtype=np.int64
         )
-        self._plans: dict[Hashable, HopPlan] = {}
+        self._plans: dict[Hashable, tuple[int, HopPlan]] = {}
         self._bounds_of: dict[int, Bounds] = {}
         self._fd: int | None = None
 
@@ -657,13 +657,14 @@ class ForwardFile:
 
     # -- lookups ---------------------------------------------------------------------------------
 
-    def plan(self, key: Hashable, allowed: Collection[int]) -> HopPlan:
+    def plan(self, key: Hashable, version: int, allowed: Collection[int]) -> HopPlan:
         """The `HopPlan` of hops into the batches `allowed` (first event ids), made once per
-        `key` (the caller's name for that set of batches: the same key, the same set)."""
+        `key` (the caller's name for that set of batches) and `version` (a new version of
+        the set replaces the plan of the last one)."""
         hit = self._plans.get(key)
-        if hit is None:
-            hit = self._plans[key] = HopPlan(self.directory, allowed)
-        return hit
+        if hit is None or hit[0] != version:
+            hit = self._plans[key] = (version, HopPlan(self.directory, allowed))
+        return hit[1]
 
     def hop(
         self, parents: np.ndarray, plan: HopPlan, blocks: BlockLoader, pairs: bool = False

@@ -207,10 +207,10 @@ class LineageIndex:
         self._forward.cache.limit = 2 * eighth
         self._deferred = DeferredResolver(self, cache_bytes - 7 * eighth)
         self._infos: dict[str, RunInfo] = {}
-        # Forward hops' landing batches per (run, capture point, generation); a refresh that
-        # takes in logs starts a new generation.
+        # Forward hops' landing batches per (run, capture point); a refresh that takes in
+        # logs drops them and starts a new generation (the forward files' plans follow it).
         self._targets: dict[
-            Hashable, tuple[list[CapturePointInfo], dict[int, dict[int, _Target]], Hashable]
+            tuple[str, int], tuple[list[CapturePointInfo], dict[int, dict[int, _Target]]]
         ] = {}
         self._generation = 0
         self._scan_rows = ScanRows()  # DataFrame scan rows, re-read from their files
@@ -682,25 +682,28 @@ class LineageIndex:
         info = info or self.run_info(run)
         out: list[tuple[np.ndarray | None, np.ndarray]] = []
         for cp, mine in _by_capture_point(ids):
-            deferred, by_log, key = self._forward_targets(run, info, cp)
+            deferred, by_log, generation = self._forward_targets(run, info, cp)
             for c in deferred:
                 out.append(self._deferred.child_edges(run, c, mine, pairs))
             for log_first, allowed in by_log.items():
-                out.extend(self._edges_from_log(run, key, log_first, allowed, mine, pairs))
+                out.extend(
+                    self._edges_from_log(
+                        run, (run, cp), generation, log_first, allowed, mine, pairs
+                    )
+                )
         return out
 
     def _forward_targets(
         self, run: str, info: RunInfo, cp: int
-    ) -> tuple[list[CapturePointInfo], dict[int, dict[int, _Target]], Hashable]:
+    ) -> tuple[list[CapturePointInfo], dict[int, dict[int, _Target]], int]:
         """Where a forward hop from `cp` may land: the deferred capture points it feeds, and
         per log the batches (first event id -> target) of the others; made once per refresh
-        (a hop costs its answer, not a walk over every partition), with the key naming
-        that set of batches for the forward files' hop plans."""
+        (a hop costs its answer, not a walk over every partition), and the generation of
+        that set (the forward files' hop plans are made once per generation)."""
         with self._lock:
-            key = (run, cp, self._generation)
-            hit = self._targets.get(key)
+            hit = self._targets.get((run, cp))
             if hit is not None:
-                return hit
+                return (*hit, self._generation)
             deferred: list[CapturePointInfo] = []
             by_log: dict[int, dict[int, _Target]] = {}
             for child in self._child_cps(info, cp):
@@ -715,13 +718,14 @@ class LineageIndex:
                             by_log.setdefault(loc.log_first, {})[loc.first_event_id] = _Target(
                                 child, part, loc, narrow
                             )
-            hit = self._targets[key] = (deferred, by_log, key)
-            return hit
+            self._targets[(run, cp)] = (deferred, by_log)
+            return deferred, by_log, self._generation
 
     def _edges_from_log(
         self,
         run: str,
         key: Hashable,
+        generation: int,
         log_first: int,
         allowed: dict[int, _Target],
         parents: np.ndarray,
@@ -734,7 +738,7 @@ class LineageIndex:
             if ff is None:
                 break
             try:
-                plan = ff.plan(key, allowed.keys())
+                plan = ff.plan(key, generation, allowed.keys())
                 if plan.deferred:
                     raise _no_descriptor(run)
                 kids, pars = ff.hop(parents, plan, self._forward.block, pairs)
