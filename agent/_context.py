@@ -14,8 +14,8 @@ from ._compile import SparkCompiler
 from ._deferred import NARROW_POLICIES
 from ._interpreter import check_capture_python
 from ._plan import ParallelSource, PlanNode, TextSource
-from ._planner import NO_DATAFRAME_REPLAY, Planner
-from ._rdd import CapturedRDD, UnsupportedOperation
+from ._planner import Planner
+from ._rdd import CapturedRDD
 from ._spark_trace import SPARK_THRESHOLD
 from ._splits import compute_splits, list_input_files
 from ._trace import LineageRDD
@@ -258,15 +258,22 @@ class LineageContext:
         if exclude is not None:
             if not isinstance(what, CapturedRDD):
                 if hasattr(what, "lineage") and hasattr(what, "groupBy"):  # a DataFrame
-                    raise UnsupportedOperation(
-                        f"replay(DataFrame, exclude=...): {NO_DATAFRAME_REPLAY}"
-                    )
-                raise BadInput("replay(rdd, exclude=...): rdd must be a captured RDD")
+                    from .dataframe._replay import exclusive
+
+                    return exclusive(self._dataframes, what, exclude)
+                raise BadInput("replay(rdd, exclude=...): rdd must be a captured RDD or DataFrame")
             if not isinstance(exclude, LineageRDD):
                 raise BadInput("replay(..., exclude=...) takes a LineageRDD")
             return _replay.exclusive(self.planner, self._compiler, what, exclude)
         if not isinstance(what, LineageRDD):
             raise BadInput("replay(traced): traced must be a LineageRDD (see rdd.lineage())")
+        if self._frames is not None:
+            from .dataframe._replay import is_dataframe_output, selective
+
+            if is_dataframe_output(self._frames, what):
+                if local:
+                    raise BadInput("replay(local=True): DataFrame replays run on Spark")
+                return selective(self._frames, what)
         return _replay.selective(self.planner, self._compiler, what, local)
 
     def __repr__(self) -> str:

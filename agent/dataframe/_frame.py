@@ -17,6 +17,7 @@ from pyspark.sql import functions as F
 from .._rdd import UnsupportedOperation
 from . import _windows
 from ._columns import Lineage, collected, fresh, is_hidden, null_of, udf_ids
+from ._recipe import recorded
 from ._udf import CURRENT, uses_current
 
 if TYPE_CHECKING:
@@ -68,6 +69,51 @@ def _flat(cols: tuple) -> list:
     return list(cols)
 
 
+# Every transformation records how it was made, for replay (`_recipe`, `_replay`).
+@recorded(
+    "select",
+    "selectExpr",
+    "withColumn",
+    "withColumns",
+    "withColumnRenamed",
+    "withColumnsRenamed",
+    "drop",
+    "toDF",
+    "alias",
+    "filter",
+    "where",
+    "orderBy",
+    "sort",
+    "sortWithinPartitions",
+    "limit",
+    "offset",
+    "sample",
+    "repartition",
+    "repartitionByRange",
+    "coalesce",
+    "hint",
+    "dropna",
+    "fillna",
+    "replace",
+    "join",
+    "crossJoin",
+    "union",
+    "unionAll",
+    "unionByName",
+    "intersect",
+    "intersectAll",
+    "subtract",
+    "exceptAll",
+    "groupBy",
+    "groupby",
+    "rollup",
+    "cube",
+    "groupingSets",
+    "agg",
+    "distinct",
+    "dropDuplicates",
+    "drop_duplicates",
+)
 class LineageDataFrame:
     """A captured DataFrame. Transformations return LineageDataFrames; actions return what
     PySpark returns and record their output rows' lineage; `lineage()` traces them."""
@@ -547,6 +593,7 @@ class _NaFunctions:
 _GROUPED_SIMPLE = {"sum": F.sum, "avg": F.avg, "mean": F.avg, "min": F.min, "max": F.max}
 
 
+@recorded("agg", "count", "sum", "avg", "mean", "min", "max")
 class LineageGroupedData:
     """groupBy / rollup / cube / groupingSets: every aggregate also collects its group's
     lineage."""

@@ -31,6 +31,8 @@ class Plumbing:
 
     def __init__(self, lc: LineageContext) -> None:
         self.lc = lc
+        # output capture point -> the LineageDataFrame its action ran on (for replay)
+        self.frames_of: dict[int, Any] = {}
 
     @property
     def capture(self) -> bool:
@@ -101,6 +103,7 @@ class Plumbing:
         """Around an action: describe the run and roll over afterwards; the frame's
         `lineage()` is then this action's output."""
         with self.lc.planner.action(cp):
+            self.frames_of[cp.number] = frame
             yield
             frame.last_output = cp
 

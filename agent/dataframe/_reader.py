@@ -9,6 +9,7 @@ from pyspark.sql import functions as F
 from .._rdd import UnsupportedOperation
 from ._columns import Lineage, fresh, scan_id
 from ._frame import LineageDataFrame
+from ._recipe import Source, set_recipe
 from ._scan import plan_scan
 
 if TYPE_CHECKING:
@@ -102,4 +103,6 @@ def scanned(agent: FrameAgent, fmt: str, paths: list[str], schema: Any, opts: di
     # The id is projected directly over the scan, where monotonically_increasing_id() is
     # (scan partition, row index): see _columns.scan_id.
     out = df.select("*", scan_id(F, cp.number).alias(h))
-    return LineageDataFrame(agent, out, Lineage((h,), (), frozenset({cp.number})))
+    frame = LineageDataFrame(agent, out, Lineage((h,), (), frozenset({cp.number})))
+    set_recipe(frame, Source(cp.number, h, (fmt, list(paths), dict(opts), scan)))
+    return frame

@@ -15,6 +15,7 @@ from ._columns import Lineage, collected, fresh
 from ._frame import LineageDataFrame
 from ._outputs import Outputs
 from ._plumbing import Plumbing, pickled
+from ._recipe import Source, set_recipe
 from ._udf import LineageUDFRegistration
 
 if TYPE_CHECKING:
@@ -72,7 +73,9 @@ class FrameAgent:
         data2 = [(*tuple(r), base + i) for i, r in enumerate(rows)]
         out = self.spark.createDataFrame(data2, schema2, verifySchema=False)
         self.plumbing.journal(cp, len(rows), values=pickled(rows))
-        return LineageDataFrame(self, out, Lineage((h,), (), frozenset({cp.number})))
+        frame = LineageDataFrame(self, out, Lineage((h,), (), frozenset({cp.number})))
+        set_recipe(frame, Source(cp.number, h))
+        return frame
 
     # -- operators ---------------------------------------------------------------------------
 

@@ -968,6 +968,7 @@ def _ancestors(node: Any, stop: Any):
 def run_sql(agent: FrameAgent, text: str) -> LineageDataFrame:
     """`lc.sql(text)`: the query's rows as a LineageDataFrame."""
     from ._frame import LineageDataFrame
+    from ._recipe import SqlQuery, set_recipe
 
     spark = agent.spark
     vanilla = spark.sql(text)  # Spark's own errors for a bad query, and the column names
@@ -981,4 +982,6 @@ def run_sql(agent: FrameAgent, text: str) -> LineageDataFrame:
     if visible != names and len(visible) == len(names):
         it = iter(names)
         df = df.toDF(*[c if is_hidden(c) else next(it) for c in cols])
-    return LineageDataFrame(agent, df, lin)
+    frame = LineageDataFrame(agent, df, lin)
+    set_recipe(frame, SqlQuery(rewritten, dict(agent.views), list(df.columns)))
+    return frame
