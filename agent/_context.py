@@ -237,7 +237,7 @@ class LineageContext:
 
     def replay(
         self,
-        what: LineageRDD | CapturedRDD,
+        what: LineageRDD | CapturedRDD | Any,
         exclude: LineageRDD | None = None,
         local: bool | None = None,
     ) -> list:
@@ -252,6 +252,10 @@ class LineageContext:
         - `lc.replay(rdd, exclude=traced)`: exclusive replay (Newt's ex-replay). `rdd`'s
           pipeline is re-run on all its input minus `traced`'s records, removed at their
           capture point (a source or any intermediate point).
+        - DataFrames and `lc.sql`: `lc.replay(df, exclude=traced)` re-runs `df`'s query over
+          its sources minus `traced`'s source rows and returns its rows (as `collect()`);
+          `lc.replay(traced)` re-runs the query the trace started from on exactly its
+          source rows. Both need traces back to the sources (see `agent.dataframe._replay`).
         """
         from . import _replay
 

@@ -79,9 +79,11 @@ class ActionListener(Protocol):
     def action_ended(self, info: ActionInfo) -> None: ...
 
 
-# What replaying a DataFrame/SQL run says: their plans are Spark's, not ours.
-NO_DATAFRAME_REPLAY = (
-    "replaying DataFrame and SQL pipelines is not implemented yet (only RDD pipelines replay)"
+# What an RDD replay of an action without an RDD plan says (DataFrame/SQL actions: their
+# plans are Spark's; `lc.replay` sends their traces to the DataFrame replay instead).
+NO_RDD_PLAN = (
+    "this action ran no RDD plan of this context (DataFrame and SQL actions replay through "
+    "the LineageContext that ran them)"
 )
 
 
@@ -243,13 +245,12 @@ class Planner:
 
     def output_node(self, cp: CapturePoint) -> PlanNode:
         """The node whose records an action of this run output at `cp` (BadInput if none;
-        UnsupportedOperation for a DataFrame/SQL action, which has no replayable plan)."""
+        UnsupportedOperation for an action without an RDD plan: DataFrame/SQL actions)."""
         with self._lock:
             node = self._outputs.get(cp.number)
             planless = cp.number in self._planless
         if node is None and planless:
-            # DataFrame/SQL actions: their plans are Spark's, not ours, so nothing re-runs them
-            raise UnsupportedOperation(f"replay of {cp.component_id}: {NO_DATAFRAME_REPLAY}")
+            raise UnsupportedOperation(f"RDD replay of {cp.component_id}: {NO_RDD_PLAN}")
         if node is None:
             raise BadInput(f"capture point {cp.component_id} is not an action of this context")
         return node

@@ -60,6 +60,21 @@ def main(url: str, work: str) -> None:
         written = r.lineage()
         assert len(written) == len(orders)
         assert sorted(written.go_back_all().collect()) == sorted(lines.values())
+
+        # Replay: q without customer 1's orders (traced by another query), and q on the rows
+        # traced from customer 2's output row only; an lc.sql query without them too.
+        one = o.where(F.col("ckey") == 1)
+        one.collect()
+        assert lc.replay(q, exclude=one.lineage().go_back_all()) == [
+            row for row in want if row.ckey != 1
+        ]
+        traced = q.lineage().filter(lambda x: x["ckey"] == 2).go_back_all()
+        assert lc.replay(traced) == [row for row in want if row.ckey == 2]
+        o.createOrReplaceTempView("o")
+        s = lc.sql("SELECT ckey, count(*) AS n FROM o GROUP BY ckey")
+        s.collect()
+        got = sorted(tuple(x) for x in lc.replay(s, exclude=one.lineage().go_back_all()))
+        assert got == [(k, 8) for k in (0, 2, 3, 4)], got
     spark.stop()
     print("connect pipeline traced")
 
