@@ -211,3 +211,9 @@ def _sql_part(lc, log_path: str) -> None:
     mine = fwd.record_ids[unpack(fwd.record_ids)[0] == q_cp]
     values = LineageRDD(lc.repo, lc.run_id, mine).collect()
     print(f"forward: the first of those lines (record {int(one[0])}) -> {values}")
+    t = time.perf_counter()
+    without = lc.replay(q, exclude=top)
+    print(
+        f"exclusive replay without those lines ({time.perf_counter() - t:.1f}s): "
+        + (", ".join(f"{r.service} {r.e503:,}" for r in without) or "no rows")
+    )

@@ -8,7 +8,9 @@ each query: one captured run (`lc.read`); the source rows of one output row are 
 (`q.lineage()` row 0, `go_back_all()`); then, alternating, a vanilla PySpark re-run of the
 query (`spark.read`, `collect()`) and `lc.replay(q, exclude=traced)` (the same query rebuilt
 over its sources minus those rows, capture off). Each figure is the median of --runs wall
-times; the replay's answer is checked to lose that output row's group or row.
+times; the replay's answer is checked to lose that output row. (The baseline builds the
+query anew, as a re-run does: `collect()` again of one built DataFrame would reuse its
+shuffle files and skip every stage but the last.)
 """
 
 from __future__ import annotations
