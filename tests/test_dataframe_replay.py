@@ -279,3 +279,19 @@ def test_udf_replay_and_culprits_cli(lc, tables, capsys):
     zero.collect()
     got = rows(lc.replay(q, exclude=zero.lineage().go_back_all()))
     assert got == sorted((o, 1.0 / (a % 5)) for o, _, _, a in ORDERS if a % 5)
+
+
+def test_replay_refuses_columns_bound_to_a_computed_column(lc):
+    """`j["y"]` names the captured frame's own column: the rebuilt query cannot use it."""
+    o = lc.createDataFrame([(i, i % 3) for i in range(10)], "a INT, b INT")
+    j = o.withColumn("y", F.col("a") * 2)
+    q = j.where(j["y"] > 5)
+    q.collect()
+    seven = o.where(F.col("a") == 7)
+    seven.collect()
+    with pytest.raises(UnsupportedOperation, match=r"bound to an intermediate DataFrame"):
+        lc.replay(q, exclude=seven.lineage().go_back_all())
+    ok = j.where(F.col("y") > 5)
+    ok.collect()
+    got = rows(lc.replay(ok, exclude=seven.lineage().go_back_all()))
+    assert got == [(a, a % 3, 2 * a) for a in range(3, 10) if a != 7]
