@@ -64,12 +64,8 @@ def exclusive(agent: FrameAgent, frame: Any, exclude: Any) -> list:
 def selective(agent: FrameAgent, traced: LineageRDD) -> list:
     """The query whose output `traced` was traced back from, re-run on exactly `traced`'s
     source rows (capture off): what its `collect()` returns over them."""
-    if traced.origin is None:
-        raise BadInput(
-            "replay needs records traced back from an action's output (start from "
-            "df.lineage(), filter and go back); forward traces do not hold every input an "
-            "output needs"
-        )
+    if traced.origin is None:  # lc.replay sends such traces to the RDD replay, which says why
+        raise BadInput("selective replay needs records traced back from an action's output")
     ids = _own_ids(agent, traced, "selective replay")
     frame = agent.plumbing.frames_of.get(int(traced.origin[0].number))
     if frame is None:
@@ -82,11 +78,7 @@ def selective(agent: FrameAgent, traced: LineageRDD) -> list:
 def is_dataframe_output(agent: FrameAgent | None, traced: Any) -> bool:
     """Whether `traced` was traced back from the output of a DataFrame action of `agent`."""
     origin = getattr(traced, "origin", None)
-    return agent is not None and origin is not None and origin[0].number in _outputs(agent)
-
-
-def _outputs(agent: FrameAgent) -> dict[int, Any]:
-    return agent.plumbing.frames_of
+    return agent is not None and origin is not None and origin[0].number in agent.plumbing.frames_of
 
 
 def _own_ids(agent: FrameAgent, lin: LineageRDD, what: str) -> np.ndarray:
