@@ -168,7 +168,12 @@ def run_query(spark, F, folder, fmt, name, runs, work) -> None:
                 continue
             # The repository is opened before and merged after the timed part: a driver
             # opens it once, and merging runs in the background.
-            path = os.path.join(work, f"repo-{len(repos)}")
+            # Named per format and query: a repository of an earlier query left under the
+            # same name would be reopened and counted in this one's lineage bytes (the UDF
+            # query, run last, measured 2-4x its own that way).
+            path = os.path.join(work, f"repo-{fmt}-{name}-{len(repos)}")
+            if os.path.exists(path):
+                raise RuntimeError(f"{path} exists: each captured run needs a fresh repository")
             repos.append(path)
             with ProvenanceRepository.open(path, RepositoryConfig(sync="none")) as repo:
                 lc = LineageContext(spark, repo, capture=variant == "captured")
