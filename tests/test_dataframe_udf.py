@@ -141,3 +141,80 @@ def test_skip_in_sql_drops_the_row(spark, repo, people):
 
     with pytest.raises(UnsupportedOperation, match="over aggregates"):
         lc.sql("SELECT id % 3 AS g, age(CAST(max(born) AS STRING)) FROM people GROUP BY id % 3")
+
+
+def test_udfs_of_every_arity_give_vanilla_results(lc, spark, people):
+    # DataFrame calls use a function spelled out for their number of arguments (0, 1, 2, 3,
+    # 5 here): each must pass every argument, in order.
+    path, rows = people
+
+    def f0():
+        return 7
+
+    def f2(i, n):
+        return f"{i}-{n}"
+
+    def f3(i, n, b):
+        return f"{b}:{n}:{i}"
+
+    def f5(a, b, c, d, e):
+        return a * 10000 + b * 1000 + c * 100 + d * 10 + e
+
+    def f1(b):
+        return b[::-1]
+
+    schema = "id INT, name STRING, born STRING"
+    funcs = {"f0": (f0, "int"), "f1": (f1, "string"), "f2": (f2, "string")}
+    funcs |= {"f3": (f3, "string"), "f5": (f5, "long")}
+    captured = {k: lc.udf.register(k, f, t) for k, (f, t) in funcs.items()}
+    vanilla = {k: F.udf(f, t) for k, (f, t) in funcs.items()}
+
+    def build(u, df):
+        c = [F.col("id") % k for k in range(2, 7)]
+        return df.select(
+            "id", u["f0"](), u["f1"]("born"), u["f2"]("id", "name"), u["f3"]("id", "name", "born")
+        ).withColumn("five", u["f5"](*c))
+
+    q = build(captured, lc.read.csv(path, header=True, schema=schema))
+    want = build(vanilla, spark.read.csv(path, header=True, schema=schema))
+    assert sorted(map(tuple, q.collect())) == sorted(map(tuple, want.collect()))
+    assert sorted(map(tuple, want.collect()))[3] == (
+        3,
+        7,
+        str(1990 + 3)[::-1],
+        "3-name3",
+        f"{1990 + 3}:name3:3",
+        10000 + 0 + 300 + 30 + 3,
+    )
+    line = {r[0]: ",".join(map(str, r)) for r in rows}
+    for i in (0, 5, 42):
+        back = q.lineage().filter(lambda r, i=i: r["id"] == i).go_back_all().collect()
+        assert back == [line[i]]
+
+
+@pytest.mark.parametrize("on_error", ["fail", "skip"])
+def test_culprits_of_a_udf_of_several_arguments(spark, repo, people, on_error):
+    # The spelled-out call and probe of three arguments record the row's source line as the
+    # culprit and fail the job ("fail") or drop the row ("skip").
+    path, rows = people
+    lc = LineageContext(spark, repo, on_error=on_error)
+
+    def mix(i, name, born):
+        return i + len(name) + int(born)
+
+    f = lc.udf.register("mix", mix, "long")
+    df = lc.read.csv(path, header=True, schema="id INT, name STRING, born STRING")
+    q = df.select("id", f("id", "name", "born").alias("m"))
+    bad = sorted(",".join(map(str, r)) for r in rows if not r[2].isdigit())
+    if on_error == "fail":
+        with pytest.raises(Exception, match="invalid literal"):
+            q.collect()
+        got = {c.data for c in lc.culprits()}
+        assert got and got <= set(bad)
+        assert all(c.exception == "ValueError" for c in lc.culprits())
+        return
+    good = [(i, i + len(n) + int(b)) for i, n, b in rows if b.isdigit()]
+    assert sorted(map(tuple, q.collect())) == sorted(good)
+    assert sorted(c.data for c in lc.culprits()) == bad
+    back = q.lineage().go_back_all().collect()
+    assert sorted(back) == sorted(",".join(map(str, r)) for r in rows if r[2].isdigit())

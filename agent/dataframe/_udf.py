@@ -16,7 +16,7 @@ from pyspark.sql.pandas.functions import pandas_udf
 
 from .._rdd import UnsupportedOperation
 from ._columns import PREFIX, fresh
-from ._udfrun import PandasProbe, PandasUdf, PythonProbe, PythonUdf, UdfSpec
+from ._udfrun import PandasProbe, PandasUdf, PythonProbe, PythonUdf, UdfSpec, row_function
 
 if TYPE_CHECKING:
     from ._session import FrameAgent
@@ -31,13 +31,20 @@ class LineageUDF:
     """A registered UDF: call it with columns, as a PySpark UDF."""
 
     def __init__(
-        self, agent: FrameAgent, name: str, inner: Any, vanilla: bool, skip: Any = None
+        self,
+        agent: FrameAgent,
+        name: str,
+        inner: Any,
+        vanilla: bool,
+        skip: Any = None,
+        forms: RowForms | None = None,
     ) -> None:
         self._agent = agent
         self.name = name
         self._inner = inner
         self._vanilla = vanilla
         self._skip = skip  # under on_error="skip": (the call taking a token, the probe)
+        self._forms = forms  # a Python UDF's call and probe spelled out per arity
         # Under "skip", lc.sql calls this probe (registered under this name) in the block's
         # WHERE to drop the rows on which the function raises.
         self.sql_probe = probe_name(name) if skip is not None else None
@@ -52,14 +59,18 @@ class LineageUDF:
         with self._agent.capture_python(_MODULES):
             if self._vanilla:
                 return self._inner(*cols)
+            forms = self._forms
             if self._skip is not None:
                 # A token in the call lets the operator that uses it find the call's
                 # arguments and drop the rows that fail first (`drop_failing`).
                 inner, probe = self._skip
+                if forms is not None:
+                    inner, probe = forms.call(len(cols)), forms.probe(len(cols))
                 token = fresh("udf") + "_"
                 self._agent.udfs.calls[token] = (probe, cols)
                 return inner(*cols, F.col(CURRENT), F.lit(token))
-            return self._inner(*cols, F.col(CURRENT))
+            inner = self._inner if forms is None else forms.call(len(cols))
+            return inner(*cols, F.col(CURRENT))
 
     def __repr__(self) -> str:
         return f"LineageUDF({self.name!r})"
@@ -104,6 +115,7 @@ class LineageUDFRegistration:
         vanilla = not plumbing.capture
         deterministic = getattr(f, "deterministic", True) is not False
         skip = None
+        forms = None
         if vanilla:
             inner = f if hasattr(f, "evalType") else F.udf(func, returnType)
         else:
@@ -119,13 +131,15 @@ class LineageUDFRegistration:
                 if not deterministic:
                     call, probe = call.asNondeterministic(), probe.asNondeterministic()
                 skip = (call, probe)
+            if eval_type == _PYTHON_UDF:
+                forms = RowForms(func, spec, returnType, deterministic)
         if not deterministic:
             inner = inner.asNondeterministic()
         with agent.capture_python(_MODULES):
             agent.spark.udf.register(name, inner)
             if skip is not None:
                 agent.spark.udf.register(probe_name(name), skip[1])
-        udf = LineageUDF(agent, name, inner, vanilla, skip)
+        udf = LineageUDF(agent, name, inner, vanilla, skip, forms)
         self.registered[name.lower()] = udf
         return udf
 
@@ -133,6 +147,36 @@ class LineageUDFRegistration:
         if name.startswith("_"):
             raise AttributeError(name)
         raise UnsupportedOperation(f"UDFRegistration.{name} with lineage capture")
+
+
+class RowForms:
+    """A captured Python UDF as called from the DataFrame API, where each call's number of
+    arguments is known: one UDF per arity whose function is spelled out for it
+    (`row_function`), made once and reused."""
+
+    def __init__(self, func: Any, spec: UdfSpec, returnType: Any, deterministic: bool) -> None:
+        self._func = func
+        self._spec = spec
+        self._type = returnType
+        self._deterministic = deterministic
+        self._made: dict[tuple[bool, int], Any] = {}
+
+    def _form(self, probe: bool, arity: int) -> Any:
+        key = (probe, arity)
+        if key not in self._made:
+            if probe:
+                wrapper: Any = PythonProbe(self._func, self._spec)
+            else:
+                wrapper = PythonUdf(self._func, self._spec)
+            made = F.udf(row_function(wrapper, arity), "boolean" if probe else self._type)
+            self._made[key] = made if self._deterministic else made.asNondeterministic()
+        return self._made[key]
+
+    def call(self, arity: int) -> Any:
+        return self._form(False, arity)
+
+    def probe(self, arity: int) -> Any:
+        return self._form(True, arity)
 
 
 def probe_name(name: str) -> str:
@@ -148,7 +192,7 @@ def _udf(eval_type: int, pandas_wrapper: Any, python_wrapper: Any, returnType: A
         if eval_type == _SCALAR_PANDAS:
             make: Any = pandas_udf  # its stubs do not list the eval type given here
             return make(_function(pandas_wrapper), returnType, _SCALAR_PANDAS)
-        return F.udf(_function(python_wrapper), returnType)
+        return F.udf(python_wrapper, returnType)
 
 
 def _function(wrapper: Any) -> Any:
