@@ -252,3 +252,20 @@ def test_sorted_groups_collect_in_vanillas_order_with_their_rows(lc, spark, sale
             assert sorted(back) == sorted(lines[r[0]] for r in rows if r[0] % 13 == row["k"])
     finally:
         spark.conf.set(key, before)
+
+
+def test_a_read_projects_its_ids_once_on_first_use(lc, spark, sales):
+    # The id projection costs Spark an analysis: a source the query never uses must not pay
+    # it, and every frame derived from one read must share the one projection (one scan id
+    # per row, whichever frame asks).
+    path, rows, lines = sales
+    d, v = both(lc, spark, path)
+    assert d._built is None
+    a, b = d.where("flag = 1"), d.where("flag = 2")
+    assert d._built is not None and d._df is d._built
+    assert a.union(b).collect() == v.where("flag = 1").union(v.where("flag = 2")).collect()
+    q = a.union(b)
+    q.collect()
+    assert sorted(q.lineage().go_back_all().collect()) == sorted(
+        lines[r[0]] for r in rows if r[3] in (1, 2)
+    )

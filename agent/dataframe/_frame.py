@@ -118,9 +118,22 @@ class LineageDataFrame:
     """A captured DataFrame. Transformations return LineageDataFrames; actions return what
     PySpark returns and record their output rows' lineage; `lineage()` traces them."""
 
-    def __init__(self, agent: FrameAgent, df: Any, lin: Lineage, name: str = "") -> None:
+    def __init__(
+        self,
+        agent: FrameAgent,
+        df: Any,
+        lin: Lineage,
+        name: str = "",
+        *,
+        make: Callable[[], Any] | None = None,
+    ) -> None:
         self._agent = agent
-        self._df = df
+        # `make` builds the DataFrame on first use instead (`df` is then None): a source's
+        # id projection costs Spark an analysis of its own (~20 ms a table, 0.1-0.2 s for
+        # TPC-H's eight on a loaded machine, against a 0.25 s Q6 job), paid only by the
+        # sources a query uses.
+        self._built = df
+        self._make = make
         self._lin = lin
         self._name = name or agent.plumbing.node_name("dataframe")
         self._columns: list[str] | None = None
@@ -130,6 +143,14 @@ class LineageDataFrame:
         self._collected_df: Any = None
 
     # -- plumbing ----------------------------------------------------------------------------
+
+    @property
+    def _df(self) -> Any:
+        # `_built` is set before `_make` is cleared; two threads racing here build the same
+        # deterministic projection, and one of them is kept.
+        if self._make is not None:
+            self._built, self._make = self._make(), None
+        return self._built
 
     def _new(self, df: Any, lin: Lineage | None = None) -> LineageDataFrame:
         return LineageDataFrame(self._agent, df, self._lin if lin is None else lin)

@@ -102,7 +102,11 @@ def scanned(agent: FrameAgent, fmt: str, paths: list[str], schema: Any, opts: di
     h = fresh()
     # The id is projected directly over the scan, where monotonically_increasing_id() is
     # (scan partition, row index): see _columns.scan_id.
-    out = df.select("*", scan_id(F, cp.number).alias(h))
-    frame = LineageDataFrame(agent, out, Lineage((h,), (), frozenset({cp.number})))
+    frame = LineageDataFrame(
+        agent,
+        None,
+        Lineage((h,), (), frozenset({cp.number})),
+        make=lambda: df.select("*", scan_id(F, cp.number).alias(h)),
+    )
     set_recipe(frame, Source(cp.number, h, (fmt, list(paths), dict(opts), scan)))
     return frame
