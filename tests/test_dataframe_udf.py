@@ -218,3 +218,28 @@ def test_culprits_of_a_udf_of_several_arguments(spark, repo, people, on_error):
     assert sorted(c.data for c in lc.culprits()) == bad
     back = q.lineage().go_back_all().collect()
     assert sorted(back) == sorted(",".join(map(str, r)) for r in rows if r[2].isdigit())
+
+
+def test_unaliased_udf_columns_are_named_as_vanilla_names_them(spark, repo, people):
+    # The hidden ids argument must not show in Spark's made-up names (Row fields, columns).
+    path, _ = people
+    schema = "id INT, name STRING, born STRING"
+    vanilla_age = spark.udf.register("age", make_year(), "int")
+    plain = spark.read.csv(path, header=True, schema=schema).where(F.col("born") != "x")
+    for on_error in ("fail", "skip"):
+        lc = LineageContext(spark, repo, on_error=on_error)
+        age = lc.udf.register("age", make_year(), "int")
+        df = lc.read.csv(path, header=True, schema=schema).where(F.col("born") != "x")
+        queries = [
+            lambda d, a: d.select("id", a("born")),
+            lambda d, a: d.select(F.upper(a("born").cast("string"))),
+            lambda d, a: d.groupBy(a("born")).count(),
+            lambda d, a: d.groupBy("name").agg(F.max(a("born"))),
+        ]
+        for query in queries:
+            got, want = query(df, age), query(plain, vanilla_age)
+            assert got.columns == want.columns
+            assert sorted(got.collect()) == sorted(want.collect())
+        # The renamed column still carries its rows' lineage.
+        q = df.select("id", age("born"))
+        assert len(q.collect()) == q.lineage().go_back_all().count() == 56

@@ -18,7 +18,7 @@ from .._rdd import UnsupportedOperation
 from . import _windows
 from ._columns import Lineage, collected, fresh, is_hidden, null_of, udf_ids
 from ._recipe import recorded
-from ._udf import CURRENT, uses_current
+from ._udf import CURRENT, uses_current, vanilla_names
 
 if TYPE_CHECKING:
     from .._spec import CapturePoint
@@ -259,7 +259,7 @@ class LineageDataFrame:
                 raise
         if CURRENT in names:  # a star took it along
             base = base.drop(CURRENT)
-        return self._windowed(base, extra)
+        return self._windowed(vanilla_names(base, cols), extra)
 
     def selectExpr(self, *exprs: Any) -> LineageDataFrame:
         return self.select(*[F.expr(e) if isinstance(e, str) else e for e in _flat(exprs)])

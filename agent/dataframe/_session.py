@@ -16,7 +16,7 @@ from ._frame import LineageDataFrame
 from ._outputs import Outputs
 from ._plumbing import Plumbing, pickled
 from ._recipe import Source, set_recipe
-from ._udf import LineageUDFRegistration
+from ._udf import LineageUDFRegistration, vanilla_names
 
 if TYPE_CHECKING:
     from .._context import LineageContext
@@ -97,7 +97,7 @@ class FrameAgent:
         lin = frame._lin
         name = fresh()
         grouped = group(frame._src(*cols, *exprs))
-        out = grouped.agg(*exprs, collected(F, lin).alias(name))
+        out = vanilla_names(grouped.agg(*exprs, collected(F, lin).alias(name)), (*cols, *exprs))
         return LineageDataFrame(self, out, Lineage((), (name,), lin.cps))
 
     def sql(self, text: str) -> LineageDataFrame:

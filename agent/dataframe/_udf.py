@@ -8,6 +8,7 @@ With capture off the user's function is registered as it is, and Spark's plan is
 
 from __future__ import annotations
 
+import re
 import warnings
 from typing import TYPE_CHECKING, Any
 
@@ -15,13 +16,16 @@ from pyspark.sql import functions as F
 from pyspark.sql.pandas.functions import pandas_udf
 
 from .._rdd import UnsupportedOperation
-from ._columns import PREFIX, fresh
+from ._columns import PREFIX, fresh, is_hidden
 from ._udfrun import PandasProbe, PandasUdf, PythonProbe, PythonUdf, UdfSpec, row_function
 
 if TYPE_CHECKING:
     from ._session import FrameAgent
 
 CURRENT = f"{PREFIX}cur"  # a row's ids, added on demand for expressions that call UDFs
+# A captured call's hidden arguments as Spark spells them in the names it makes up for
+# unaliased expressions: `yr(s, __prov_cur)`, or `yr(s, __prov_cur, __prov_udf3_)` (skip).
+_HIDDEN_ARGS = re.compile(rf", {CURRENT}(?:, {PREFIX}udf\d+_)?")
 _MODULES = ("agent.dataframe._udfrun",)
 _PYTHON_UDF = 100
 _SCALAR_PANDAS = 200
@@ -209,3 +213,15 @@ def uses_current(cols: Any) -> bool:
     from ._windows import column_text
 
     return any(CURRENT in column_text(c) for c in cols if not isinstance(c, int | bool))
+
+
+def vanilla_names(df: Any, cols: Any) -> Any:
+    """`df` with the columns Spark named after a captured UDF call of `cols` renamed as
+    vanilla PySpark names them (`yr(s, __prov_cur)` -> `yr(s)`): a Row's fields and
+    `columns` must not show the hidden argument. Costs an analysis only when a UDF is
+    called."""
+    if not uses_current(cols):
+        return df
+    renames = {c: _HIDDEN_ARGS.sub("", c) for c in df.columns if not is_hidden(c)}
+    renames = {old: new for old, new in renames.items() if old != new}
+    return df.withColumnsRenamed(renames) if renames else df
