@@ -241,15 +241,16 @@ def _filtered(spark: Any, df: Any, column: str, ids: np.ndarray, keep: bool) -> 
     nondeterministic id, so every row keeps the id it had when captured."""
     from pyspark.sql import functions as F
 
-    quoted = "`" + column.replace("`", "``") + "`"
+    from ._frame import quoted
+
     if not len(ids):
         return df.where(F.lit(not keep))
     if len(ids) <= _IN_LIST:
-        test = F.expr(f"{quoted} IN ({','.join(str(int(i)) for i in ids.tolist())})")
+        test = quoted(column).isin(ids.tolist())
         return df.where(test if keep else ~test)
     col = fresh("id")
     table = spark.createDataFrame([(int(i),) for i in ids.tolist()], f"{col} bigint")
-    return df.join(F.broadcast(table), F.col(quoted) == F.col(col), "semi" if keep else "anti")
+    return df.join(F.broadcast(table), quoted(column) == F.col(col), "semi" if keep else "anti")
 
 
 def _check_scan(agent: FrameAgent, recipe: Source) -> None:

@@ -46,7 +46,7 @@ from .._blocks import BlockError, compress_block, decode_framed
 from .._errors import RepositoryError
 from .._layout import TMP_SUFFIX
 from .._toc import Toc
-from ._sets import POSITION_BITS, value_runs
+from ._sets import EMPTY, POSITION_BITS, value_runs
 
 log = logging.getLogger("provrepo.repository")
 
@@ -504,6 +504,11 @@ class RouteEntry:
         self._parents: np.ndarray | None = None
         self._arrays: tuple[np.ndarray, np.ndarray, np.ndarray | None] | None = None
         self.nbytes = 64 + 8 * 3 * sl.parents.n
+        # Each column decodes to its stated count, so checking the counts checks the arrays
+        # for a full decode and for `lookup`'s partial one alike.
+        n = sl.parents.n
+        if sl.sections.n != n or (sl.children is not None and sl.children.n != n):
+            raise ForwardError("a routing slice's columns differ in length")
 
     def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
         """(parents, their sections, their one child or -1; None: not stored)."""
@@ -512,8 +517,6 @@ class RouteEntry:
             assert sl is not None
             parents, sections = self._parents_array(), sl.sections.to_array()
             kids = sl.children.to_array() if sl.children is not None else None
-            if len(sections) != len(parents) or (kids is not None and len(kids) != len(parents)):
-                raise ForwardError("a routing slice's columns differ in length")
             self._arrays = (parents, sections, kids)
             self._slice = None
         return self._arrays
@@ -539,7 +542,7 @@ class RouteEntry:
         z = np.searchsorted(parents, ps, side="right")
         sel = z > a
         if not sel.any():
-            return _EMPTY, _EMPTY, _EMPTY
+            return EMPTY, EMPTY, EMPTY
         idx = _ranges(a[sel], z[sel])
         who = np.repeat(ps[sel], z[sel] - a[sel])
         if sl is not None and len(idx) <= _ENTRY_LOOKUPS:
@@ -552,10 +555,6 @@ class RouteEntry:
         sl: RouteSlice, who: np.ndarray, idx: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
         """(parents, sections, children) of entries `idx` of a slice not decoded in full."""
-        if sl.sections.n != sl.parents.n or (
-            sl.children is not None and sl.children.n != sl.parents.n
-        ):
-            raise ForwardError("a routing slice's columns differ in length")
         kids = sl.children.at(idx) if sl.children is not None else None
         return who, sl.sections.at(idx), kids
 
@@ -697,7 +696,7 @@ class ForwardFile:
                 kids.append(self.record_starts[k] + found)
                 pars.append(their)
         if not kids:
-            return _EMPTY, (_EMPTY if pairs else None)
+            return EMPTY, (EMPTY if pairs else None)
         if len(kids) == 1:
             return kids[0], (pars[0] if pairs else None)
         return np.concatenate(kids), (np.concatenate(pars) if pairs else None)
@@ -778,7 +777,7 @@ class ForwardFile:
                 kids.append(found[0])
                 pars.append(found[1])
         if not kids:
-            return _EMPTY, _EMPTY
+            return EMPTY, EMPTY
         if len(kids) == 1:
             return kids[0], pars[0]
         return np.concatenate(kids), np.concatenate(pars)
@@ -813,9 +812,6 @@ class HopPlan:
             if self.allowed[k] and s.partition_key >= 0 and k not in in_table:
                 self.narrow.setdefault(s.partition_key, []).append(k)
         self.routed = any(self.allowed[k] for k, s in enumerate(d.sections) if s.partition_key < 0)
-
-
-_EMPTY = np.zeros(0, dtype=np.int64)
 
 
 Bounds = tuple[np.ndarray, np.ndarray, np.ndarray]  # slices' first and last parents, blocks
