@@ -23,6 +23,7 @@ from ._udf import CURRENT, uses_current, vanilla_names
 if TYPE_CHECKING:
     from .._spec import CapturePoint
     from .._trace import LineageRDD
+    from ._lazyagg import LazyAggregate
     from ._session import FrameAgent
 
 # DataFrame methods that return something other than a DataFrame and touch no rows.
@@ -141,6 +142,8 @@ class LineageDataFrame:
         # What an action that returns every row collects instead of `df`, when cheaper (see
         # orderBy): the same rows in the same order.
         self._collected_df: Any = None
+        # An aggregate whose ids a filter on its output collects for its survivors only.
+        self._lazy: LazyAggregate | None = None
 
     # -- plumbing ----------------------------------------------------------------------------
 
@@ -312,6 +315,10 @@ class LineageDataFrame:
         return self._new(self._df.alias(alias))
 
     def filter(self, condition: Any) -> LineageDataFrame:
+        if self._lazy is not None and not uses_current((condition,)):
+            from ._lazyagg import filtered
+
+            return self._new(filtered(self._lazy, condition, self._lin))
         src = self._src(condition)
         out = src.filter(condition)
         return self._new(out if src is self._df else out.drop(CURRENT))
@@ -375,10 +382,12 @@ class LineageDataFrame:
         return self._new(self._df.hint(name, *parameters))
 
     def cache(self) -> LineageDataFrame:
+        self._lazy = None  # later filters read the cached (eager) rows
         self._df.cache()
         return self
 
     def persist(self, *args: Any, **kwargs: Any) -> LineageDataFrame:
+        self._lazy = None
         self._df.persist(*args, **kwargs)
         return self
 
@@ -641,7 +650,7 @@ class LineageGroupedData:
         exprs = tuple(_flat(exprs))
         if not frame._lin:
             return frame._new(self._grouped(frame._df).agg(*exprs))
-        return frame._agent.aggregate(frame, self._grouped, self._cols, list(exprs))
+        return frame._agent.aggregate(frame, self._grouped, self._cols, list(exprs), self._kind)
 
     def count(self) -> LineageDataFrame:
         return self.agg(F.count(F.lit(1)).alias("count"))

@@ -90,15 +90,37 @@ class FrameAgent:
         )
 
     def aggregate(
-        self, frame: LineageDataFrame, group: Callable[[Any], Any], cols: list, exprs: list
+        self,
+        frame: LineageDataFrame,
+        group: Callable[[Any], Any],
+        cols: list,
+        exprs: list,
+        kind: str = "groupBy",
     ) -> LineageDataFrame:
         """groupBy/rollup/cube/groupingSets(...).agg(...): each group also collects its
-        rows' ids (`group` applies the grouping, over `cols`, to a DataFrame)."""
+        rows' ids (`group` applies the grouping, over `cols`, to a DataFrame). A groupBy over
+        an input cheap and safe to recompute collects them lazily: only when a filter on
+        its output (HAVING) asks, for the surviving groups (`_lazyagg`)."""
+        from ._lazyagg import lazy_aggregate
+
         lin = frame._lin
         name = fresh()
-        grouped = group(frame._src(*cols, *exprs))
-        out = vanilla_names(grouped.agg(*exprs, collected(F, lin).alias(name)), (*cols, *exprs))
-        return LineageDataFrame(self, out, Lineage((), (name,), lin.cps))
+        out_lin = Lineage((), (name,), lin.cps)
+
+        def eager() -> Any:
+            grouped = group(frame._src(*cols, *exprs))
+            return vanilla_names(
+                grouped.agg(*exprs, collected(F, lin).alias(name)), (*cols, *exprs)
+            )
+
+        lazy = lazy_aggregate(frame, kind, cols, exprs)
+        if lazy is None:
+            return LineageDataFrame(self, eager(), out_lin)
+        # Any use but a filter builds the eager aggregate (on first use).
+        out = LineageDataFrame(self, None, out_lin, make=eager)
+        out._lazy = lazy
+        out._columns = [*lazy.plain.columns, name]
+        return out
 
     def sql(self, text: str) -> LineageDataFrame:
         from ._sql import run_sql

@@ -1,0 +1,204 @@
+"""Lazy lineage for an aggregate whose groups are then filtered (HAVING-style `where`).
+
+An eager aggregate collects every group's ids (`collect_list`: Spark leaves its codegen hash
+aggregate and shuffles every id), even when a `where` on its output keeps a handful of groups
+(TPC-H Q18: 300 K groups collect 1.2 M ids to keep ~10). When the aggregate's input is cheap
+and safe to compute again, `aggregate().where(cond)` instead runs
+
+1. the aggregate with no ids (Spark's own plan), then `cond`: the surviving groups `S`;
+2. the aggregate's input again, only its group keys and ids, inner-joined to `S` on the keys
+   null-safely (`<=>`: null keys match null keys, NaN NaN and -0.0 0.0, as Spark groups),
+3. grouped by `S`'s keys: each surviving row (its values taken from `S`, `first` of equal
+   values) with every id of its group, as the eager aggregate gives it.
+
+`S` is used once, so a nondeterministic aggregate or condition (`first`, `rand`) cannot make
+the ids and the values disagree. The ids are exact when the input gives the same rows (and
+ids) each time it runs: `recomputable` accepts a capture point's source (a file scan,
+`createDataFrame`) followed by row-at-a-time, deterministic operators only (select /
+withColumn(s) / renames / drop / toDF / alias / filter, with Spark's builtin functions and no
+nondeterministic one), group keys that are visible columns of an atomic type, and a plain
+`groupBy` (not rollup / cube / grouping sets). Anything else (a UDF, `on_error="skip"`,
+`sample`, joins, windows, a replayed or cached input) keeps the eager form.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import reduce
+from typing import TYPE_CHECKING, Any
+
+from pyspark.sql import functions as F
+
+from ._columns import Lineage, collected, fresh
+from ._recipe import Call, Source, recipe_of
+from ._windows import column_text
+
+if TYPE_CHECKING:
+    from ._frame import LineageDataFrame
+
+# Recorded calls that map each input row to at most one row, by its own values.
+_ROW_AT_A_TIME = frozenset(
+    {
+        "select",
+        "selectExpr",
+        "withColumn",
+        "withColumns",
+        "withColumnRenamed",
+        "withColumnsRenamed",
+        "drop",
+        "toDF",
+        "alias",
+        "filter",
+        "where",
+    }
+)
+
+# Spark builtins whose value differs between two runs of the same plan.
+_NONDETERMINISTIC = frozenset(
+    {
+        "rand",
+        "randn",
+        "random",
+        "uniform",
+        "randstr",
+        "uuid",
+        "shuffle",
+        "monotonically_increasing_id",
+        "spark_partition_id",
+        "input_file_name",
+        "input_file_block_start",
+        "input_file_block_length",
+        "reflect",
+        "java_method",
+        "try_reflect",
+    }
+)
+
+# Functions a column's text may call: PySpark's builtins (a Python UDF, registered or not,
+# has a name of its own and makes the input not recomputable) and Spark's SQL spellings.
+_BUILTIN = (
+    frozenset(
+        {n.lower() for n in dir(F) if not n.startswith("_")}
+        | {"cast", "try_cast", "in", "like", "ilike", "rlike", "isnull", "isnotnull", "not"}
+    )
+    - _NONDETERMINISTIC
+)
+_CALL = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)\(")
+
+_ATOMIC = frozenset(
+    {
+        "boolean",
+        "tinyint",
+        "smallint",
+        "int",
+        "bigint",
+        "float",
+        "double",
+        "string",
+        "binary",
+        "date",
+        "timestamp",
+        "timestamp_ntz",
+    }
+)
+
+
+@dataclass(frozen=True)
+class LazyAggregate:
+    """An aggregate whose ids are not collected yet: its input (`frame`), its group keys
+    (visible column names of the input) and the aggregate without ids (`plain`)."""
+
+    frame: LineageDataFrame
+    keys: tuple[str, ...]
+    plain: Any
+
+
+def lazy_aggregate(
+    frame: LineageDataFrame, kind: str, cols: list, exprs: list
+) -> LazyAggregate | None:
+    """The lazy form of `frame.groupBy(*cols).agg(*exprs)`, or None when it must be eager."""
+    from ._udf import uses_current
+
+    lin = frame._lin
+    if kind != "groupBy" or not cols or not exprs or lin.arrays or len(lin.longs) != 1:
+        return None
+    if uses_current((*cols, *exprs)) or not recomputable(frame):
+        return None
+    keys = _key_names(frame, cols)
+    if keys is None:
+        return None
+    plain = frame._df.groupBy(*cols).agg(*exprs)
+    return LazyAggregate(frame, keys, plain)
+
+
+def filtered(lazy: LazyAggregate, condition: Any, lin: Lineage) -> Any:
+    """The rows of `lazy`'s aggregate that pass `condition`, each with its group's ids in
+    `lin`'s one array column (what the eager aggregate, filtered, holds)."""
+    (name,) = lin.arrays
+    src = lazy.frame._lin
+    names = list(lazy.plain.columns)
+    s = [fresh("s") for _ in names]
+    survivors = lazy.plain.filter(condition).toDF(*s)
+    k = [fresh("k") for _ in lazy.keys]
+    ids = [F.col(_quoted(h)) for h in src.longs]
+    pre = lazy.frame._df.select(*[F.col(_quoted(c)).alias(kn) for c, kn in zip(lazy.keys, k)], *ids)
+    on = reduce(lambda a, b: a & b, [F.col(kn).eqNullSafe(F.col(sn)) for kn, sn in zip(k, s)])
+    nk = len(k)
+    grouped = (
+        pre.join(survivors, on, "inner")
+        .groupBy(*s[:nk])
+        .agg(*[F.first(F.col(c)).alias(c) for c in s[nk:]], collected(F, src).alias(name))
+    )
+    return grouped.select(*[F.col(c).alias(n) for c, n in zip(s, names)], name)
+
+
+def recomputable(frame: LineageDataFrame) -> bool:
+    """Whether `frame` is a source followed by row-at-a-time deterministic calls only."""
+    from ._frame import LineageDataFrame
+
+    obj: Any = frame
+    while True:
+        recipe = recipe_of(obj)
+        if isinstance(recipe, Source):
+            return True
+        if not isinstance(recipe, Call) or recipe.method not in _ROW_AT_A_TIME:
+            return False
+        if not all(_deterministic(a) for a in (*recipe.args, *recipe.kwargs.values())):
+            return False
+        obj = recipe.receiver
+        if type(obj) is not LineageDataFrame:
+            return False
+
+
+def _deterministic(arg: Any) -> bool:
+    if isinstance(arg, list | tuple):
+        return all(_deterministic(a) for a in arg)
+    if isinstance(arg, dict):
+        return all(_deterministic(a) for a in (*arg.keys(), *arg.values()))
+    if isinstance(arg, str) or type(arg).__name__ == "Column":
+        calls = _CALL.findall(column_text(arg))
+        return all(c.lower() in _BUILTIN for c in calls)
+    return isinstance(arg, int | float | bool | type(None))
+
+
+def _key_names(frame: LineageDataFrame, cols: list) -> tuple[str, ...] | None:
+    """The visible input columns `cols` name, when each is one of an atomic type."""
+    types = dict(frame.dtypes)
+    out = []
+    for c in cols:
+        text = column_text(c) if isinstance(c, str) or type(c).__name__ == "Column" else None
+        if text is None:
+            return None
+        if text.startswith("`") and text.endswith("`") and "`" not in text[1:-1]:
+            text = text[1:-1]
+        elif "." in text or "`" in text:
+            return None
+        if types.get(text) not in _ATOMIC and not str(types.get(text, "")).startswith("decimal"):
+            return None
+        out.append(text)
+    return tuple(out)
+
+
+def _quoted(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
