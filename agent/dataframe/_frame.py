@@ -318,7 +318,7 @@ class LineageDataFrame:
         if self._lazy is not None and not uses_current((condition,)):
             from ._lazyagg import filtered
 
-            return self._new(filtered(self._lazy, condition, self._lin))
+            return self._new(filtered(self._lazy, self._df, condition, self._lin))
         src = self._src(condition)
         out = src.filter(condition)
         return self._new(out if src is self._df else out.drop(CURRENT))

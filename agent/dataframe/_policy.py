@@ -3,5 +3,7 @@ checks them before any Spark work)."""
 
 from __future__ import annotations
 
-# "eager": aggregates collect their groups' ids while they run.
-AGGREGATE_POLICIES = ("eager",)
+# "eager": aggregates collect their groups' ids while they run; "lazy": a DataFrame aggregate
+# filtered on its output collects them after the filter, for the surviving groups only,
+# which are broadcast (`_lazyagg`).
+AGGREGATE_POLICIES = ("eager", "lazy")

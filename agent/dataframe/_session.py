@@ -113,13 +113,12 @@ class FrameAgent:
                 grouped.agg(*exprs, collected(F, lin).alias(name)), (*cols, *exprs)
             )
 
-        lazy = lazy_aggregate(frame, kind, cols, exprs)
+        lazy = lazy_aggregate(frame, kind, cols, exprs) if self.aggregates == "lazy" else None
         if lazy is None:
             return LineageDataFrame(self, eager(), out_lin)
         # Any use but a filter builds the eager aggregate (on first use).
         out = LineageDataFrame(self, None, out_lin, make=eager)
         out._lazy = lazy
-        out._columns = [*lazy.plain.columns, name]
         return out
 
     def sql(self, text: str) -> LineageDataFrame:
