@@ -1,7 +1,7 @@
 """DataFrame / SQL capture against vanilla PySpark, measured in one run.
 
     python bench/dataframe.py [--sf 1] [--runs 5] [--formats parquet,csv]
-                              [--queries q1,q3,q6,q10,q18,window,udf]
+                              [--queries q1,q3,q6,q10,q18,window,udf] [--lazy]
 
 TPC-H data (DuckDB's tpch extension) is generated once per scale factor under bench/out/.
 For each format and query, three variants alternate on one local[2] SparkSession: vanilla
@@ -12,7 +12,9 @@ for its rollover before the next run. Then, on the last captured run of each que
 bytes on disk (event logs and tocs; the derived forward index apart) as a share of the
 input's bytes, and, on the repository reopened read-only, p50 of backward traces of single
 output rows to their raw source rows (at most 20) and of forward traces of single source rows
-to the outputs (20).
+to the outputs (20). With --lazy, a fourth variant alternates with them: captured under
+`LineageContext(..., aggregates="lazy")` (an aggregate filtered on its output collects its
+surviving groups' ids only), its median against vanilla and against the eager capture.
 """
 
 from __future__ import annotations
@@ -116,6 +118,7 @@ def main() -> int:
     p.add_argument("--runs", type=int, default=5)
     p.add_argument("--formats", default="parquet,csv")
     p.add_argument("--queries", default="q1,q3,q6,q10,q18,window,udf")
+    p.add_argument("--lazy", action="store_true", help='also capture with aggregates="lazy"')
     args = p.parse_args()
     if args.runs < 5:
         p.error("--runs must be at least 5 (medians of fewer runs are noise here)")
@@ -139,14 +142,14 @@ def main() -> int:
                 _tpch.generate(args.sf, folder, fmt)
                 print(f"  generated {fmt} in {time.time() - t0:.0f} s")
             for name in args.queries.split(","):
-                run_query(spark, F, folder, fmt, name, args.runs, work)
+                run_query(spark, F, folder, fmt, name, args.runs, work, args.lazy)
     finally:
         shutil.rmtree(work, ignore_errors=True)
         spark.stop()
     return 0
 
 
-def run_query(spark, F, folder, fmt, name, runs, work) -> None:
+def run_query(spark, F, folder, fmt, name, runs, work, lazy=False) -> None:
     import _tpch
 
     vanilla_udf = F.udf(year, "int")
@@ -156,11 +159,14 @@ def run_query(spark, F, folder, fmt, name, runs, work) -> None:
         return build(name, _tpch.read(spark.read, folder, fmt), vanilla_udf).collect()
 
     times: dict[str, list[float]] = {"vanilla": [], "off": [], "captured": []}
+    if lazy:
+        times["lazy"] = []
     last = None
-    order = ["vanilla", "off", "captured"]
+    order = list(times)
     for run in range(runs):
         # Each variant goes first in turn: the first job of a round pays for cold caches.
-        for variant in order[run % 3 :] + order[: run % 3]:
+        k = run % len(order)
+        for variant in order[k:] + order[:k]:
             if variant == "vanilla":
                 t0 = time.perf_counter()
                 vanilla()
@@ -176,7 +182,12 @@ def run_query(spark, F, folder, fmt, name, runs, work) -> None:
                 raise RuntimeError(f"{path} exists: each captured run needs a fresh repository")
             repos.append(path)
             with ProvenanceRepository.open(path, RepositoryConfig(sync="none")) as repo:
-                lc = LineageContext(spark, repo, capture=variant == "captured")
+                lc = LineageContext(
+                    spark,
+                    repo,
+                    capture=variant != "off",
+                    aggregates="lazy" if variant == "lazy" else "eager",
+                )
                 t0 = time.perf_counter()
                 udf = lc.udf.register("yr", year, "int")
                 q = build(name, _tpch.read(lc.read, folder, fmt), udf)
@@ -190,6 +201,15 @@ def run_query(spark, F, folder, fmt, name, runs, work) -> None:
     report("vanilla", v, "s")
     report("capture off", off, "s", "goal 1.00x", f"{off / v:.2f}x vanilla")
     report("captured", cap, "s", f"goal <= {GOAL_RATIO:.2f}x", f"{cap / v:.2f}x vanilla")
+    if lazy:
+        lz = median(times["lazy"])
+        report(
+            'captured, aggregates="lazy"',
+            lz,
+            "s",
+            f"{lz / v:.2f}x vanilla",
+            f"{lz / cap:.2f}x eager",
+        )
     path, run_id, cp = last
     logs, fwd = log_bytes(path)
     size = input_bytes(folder, fmt, name)

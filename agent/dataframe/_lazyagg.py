@@ -10,9 +10,11 @@ and safe to compute again, `aggregate().where(cond)` instead runs
 2. the aggregate's input again, only its group keys and ids, inner-joined to `S` on the keys
    null-safely (`<=>`: null keys match null keys, NaN NaN and -0.0 0.0, as Spark groups),
    `S` broadcast: a shuffle join would shuffle every input row (Spark starts the input's
-   shuffle before it knows `S` is small), slower than collecting eagerly (TPC-H Q18, SF 0.2:
-   1.13-1.50x the eager capture; broadcast 0.91x). So `S` must fit a broadcast (the
-   driver's memory, `spark.driver.maxResultSize`): hence a policy, not the default,
+   shuffle before it knows `S` is small), slower than collecting eagerly (TPC-H Q18, SF 0.2,
+   one process, load 7-14: 1.12-1.50x the eager capture; broadcast 0.91x on Parquet, but
+   1.14x on CSV, whose second parse of lineitem costs more than the ids it saves). So `S`
+   must fit a broadcast (the driver's memory, `spark.driver.maxResultSize`), and the input
+   should be cheap to read again: hence a policy, not the default,
 3. grouped by `S`'s keys: each surviving row (its values taken from `S`, `first` of equal
    values) with every id of its group, as the eager aggregate gives it.
 
