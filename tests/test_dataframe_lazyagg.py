@@ -274,3 +274,10 @@ def test_selective_and_exclusive_replay(lc, spark, data):
     # Without them, that order's row is gone and the others stay.
     rest = sorted(lc.replay(q, exclude=traced))
     assert rest == sorted(r for r in out if r["okey"] != first["okey"])
+
+
+def test_an_unknown_aggregate_policy_is_one_clear_error(spark, repo):
+    from repository import BadInput
+
+    with pytest.raises(BadInput, match="aggregates must be one of eager, lazy, got 'lazily'"):
+        LineageContext(spark, repo, aggregates="lazily")
