@@ -207,8 +207,8 @@ def run_query(spark, F, folder, fmt, name, runs, work, lazy=False) -> None:
             'captured, aggregates="lazy"',
             lz,
             "s",
-            f"{lz / v:.2f}x vanilla",
             f"{lz / cap:.2f}x eager",
+            f"{lz / v:.2f}x vanilla",
         )
     path, run_id, cp = last
     logs, fwd = log_bytes(path)
