@@ -24,10 +24,12 @@ cached (bounded in bytes), so a trace after the first one into a partition costs
 
 from __future__ import annotations
 
+import gc
 import mmap
 import os
 import threading
 from collections import OrderedDict
+from itertools import repeat
 from typing import Any
 
 import numpy as np
@@ -200,16 +202,30 @@ class ScanRows:
         ends = np.cumsum([n for _, _, n in groups]) if groups else np.array([], dtype=np.int64)
         pos = np.asarray(positions, dtype=np.int64)
         which = np.searchsorted(ends, pos, side="right")
-        out: list = [None] * len(pos)
+        # Each row group's wanted rows taken in bulk, then every Row built at once: one
+        # pyarrow conversion per column rather than a dict per row (0.3-0.6 M rows a group).
+        order, pieces = [], []
         for g in np.unique(which).tolist():
             if g >= len(groups):
                 continue
             fi, rg, n = groups[g]
             ks = np.flatnonzero((which == g) & (pos >= 0))
-            local = pos[ks] - (int(ends[g]) - n)
-            table = self._row_group(key, scan, fi, rg)
-            for k, values in zip(ks.tolist(), table.take(local).to_pylist()):
-                out[k] = _row(values)
+            if not len(ks):
+                continue
+            order.append(ks)
+            pieces.append(self._row_group(key, scan, fi, rg).take(pos[ks] - (int(ends[g]) - n)))
+        if not pieces:
+            return [None] * len(pos)
+        import pyarrow as pa
+
+        table = pieces[0] if len(pieces) == 1 else pa.concat_tables(pieces)
+        rows = _rows(table)
+        ks = np.concatenate(order)
+        if len(ks) == len(pos) and bool((ks == np.arange(len(pos))).all()):
+            return rows
+        out: list = [None] * len(pos)
+        for k, row in zip(ks.tolist(), rows):
+            out[k] = row
         return out
 
     def _row_group(self, key: Any, scan: dict, fi: int, rg: int):
@@ -225,10 +241,51 @@ class ScanRows:
         return table
 
 
-def _row(values: dict):
+def _rows(table: Any) -> list:
+    """pyspark `Row`s of `table`'s rows, in order: as `Row(**row)` of `table.to_pylist()`
+    makes them (fields in column order, nested structs as dicts), built in bulk."""
     from pyspark.sql import Row
 
-    return Row(**values)
+    fields = list(table.column_names)
+    cols = [_column_values(c) for c in table.columns]
+    # Millions of new containers would trigger the cyclic collector over and over (it cost
+    # more than building the rows); none of them can form a cycle.
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        rows = list(map(tuple.__new__, repeat(Row), zip(*cols)))
+        for row in rows:  # what Row(**kw) sets, without its per-row Python call
+            row.__dict__["__fields__"] = fields
+    finally:
+        if was:
+            gc.enable()
+    return rows
+
+
+def _column_values(column: Any) -> list:
+    """A column's Python values, as `to_pylist` makes them. Decimals, dates and times are
+    slow to make one by one (~1 us each): where a column has few distinct values, each is
+    made once and shared; other decimals are parsed from their text (the same digits and
+    exponent), several times faster."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    t = column.type
+    decimal = pa.types.is_decimal(t)
+    if not (decimal or pa.types.is_temporal(t)) or len(column) < 64:
+        return column.to_pylist()
+    encoded = column.combine_chunks().dictionary_encode()
+    if len(encoded.dictionary) * 4 <= len(column):
+        values = encoded.dictionary.to_pylist()
+        values.append(None)  # nulls index past the dictionary
+        idx = encoded.indices.fill_null(len(values) - 1).to_numpy(zero_copy_only=False)
+        return [values[i] for i in idx.tolist()]
+    if decimal and t.scale >= 0:
+        from decimal import Decimal
+
+        text = pc.cast(column, pa.string()).to_pylist()
+        return [None if v is None else Decimal(v) for v in text]
+    return column.to_pylist()
 
 
 def _parquet_groups(scan: dict, partition: int) -> list[tuple[int, int, int]]:
