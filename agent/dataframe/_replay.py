@@ -179,6 +179,12 @@ class _Rebuild:
             out = self._sql(obj, recipe)
         else:
             assert isinstance(recipe, Call)
+            if recipe.method == "sample" and _sample_seed(recipe.args, recipe.kwargs) is None:
+                # PySpark draws a seed per call: rebuilt, it would keep other rows.
+                raise UnsupportedOperation(
+                    "replay of a DataFrame made by sample() without a seed: the rebuilt "
+                    "query would draw other rows; give sample() a seed"
+                )
             receiver = self.frame(recipe.receiver)
             args = self.value(recipe.args)
             kwargs = self.value(recipe.kwargs)
@@ -220,6 +226,18 @@ class _Rebuild:
         if list(df.columns) != recipe.columns and len(df.columns) == len(recipe.columns):
             df = df.toDF(*recipe.columns)
         return frame._new(df)
+
+
+def _sample_seed(args: tuple, kwargs: dict[str, Any]) -> Any:
+    """The seed a `sample(...)` call was given (None if none): `sample(fraction[, seed])`
+    or `sample(withReplacement, fraction[, seed])`, positional or by name."""
+    if kwargs.get("seed") is not None:
+        return kwargs["seed"]
+    with_replacement = args[0] if args else kwargs.get("withReplacement")
+    at = 2 if with_replacement is None or isinstance(with_replacement, bool) else 1
+    if "withReplacement" in kwargs or "fraction" in kwargs:
+        at = len(args)  # the rest came by name: a seed would too
+    return args[at] if len(args) > at else None
 
 
 def _renamed(out: LineageDataFrame, original: LineageDataFrame) -> LineageDataFrame:
