@@ -8,10 +8,9 @@ bench/dataframe.py makes it); then, on the repository reopened read-only, each o
 groups (0.3-0.6 M lineitem rows at SF 0.2, one of ~8 K) is traced back to its raw source
 rows (`go_back_all().collect()`), alternating two ways of turning the re-read row groups into
 pyspark Rows: "bulk" (the repository's: one pyarrow conversion per column, decimals and dates
-made once per distinct value or parsed from text, the cyclic GC paused while the Rows are made)
-and "per-row"
-(the previous code: `Row(**d)` for each dict of `table.to_pylist()`). Both give the same rows
-(checked). Figures: median of --runs seconds per group, and the ratio.
+made once per distinct value or parsed from text, the cyclic GC paused while the Rows are
+made) and "per-row" (the previous code: `Row(**d)` for each dict of `table.to_pylist()`).
+Both give the same rows (checked). Figures: median of --runs seconds per group, and the ratio.
 """
 
 from __future__ import annotations
