@@ -1,7 +1,8 @@
-"""Parquet source rows re-read by position (`repository/lineage/_scans.py`) are exactly the
-file's rows as pyarrow reads them directly: values of every type (decimals, dates and
-timestamps shared per distinct value, nulls, nested lists and structs), field names, and the
-order positions were asked in (unsorted, repeated, past the end)."""
+"""Source rows re-read by position (`repository/lineage/_scans.py`) are exactly the files'
+rows as read directly: Parquet rows as pyarrow reads them (values of every type: decimals,
+dates and timestamps shared per distinct value, nulls, nested lists and structs; field names),
+CSV lines as the file holds them, in the order positions were asked in (unsorted, repeated,
+past the end)."""
 
 from __future__ import annotations
 
@@ -129,3 +130,35 @@ def test_traced_parquet_rows_equal_pyarrow(lc, spark, tmp_path):
     want = [Row(**rows[r.k]) for r in got]
     assert got == want and [r.__fields__ for r in got] == [w.__fields__ for w in want]
     assert sorted(r.k for r in got) == list(range(1, n, 3))
+
+
+def test_csv_lines_at_positions_equal_the_files_lines(tmp_path):
+    """A partition of two CSV files (headers, CRLF in one): lines at unsorted, repeated and
+    out-of-range positions are the files' data lines, in the order asked."""
+    texts = {
+        "a.csv": "k,v\n" + "".join(f"{i},a{i}\n" for i in range(40)),
+        "b.csv": "k,v\r\n" + "".join(f"{i},b{'x' * (i % 5)}\r\n" for i in range(25)),
+    }
+    files, pieces, lines = [], [], []
+    for fi, (name, text) in enumerate(texts.items()):
+        path = tmp_path / name
+        path.write_bytes(text.encode())
+        st = os.stat(path)
+        files.append([str(path), st.st_size, st.st_mtime_ns])
+        pieces.append([fi, 0, st.st_size])
+        lines += text.replace("\r\n", "\n").splitlines()[1:]
+    scan = {
+        "format": "csv",
+        "files": files,
+        "partitions": [pieces],
+        "options": {"header": True},
+    }
+    rng = np.random.default_rng(3)
+    n = len(lines)
+    for positions in (
+        list(range(n)),
+        rng.permutation(n).tolist(),
+        [*rng.integers(0, n, 50).tolist(), -1, n, 3, 3, n + 5, 41],
+    ):
+        got = ScanRows().data(("run", 1), scan, 0, np.array(positions, dtype=np.int64))
+        assert got == [lines[p] if 0 <= p < n else None for p in positions]
