@@ -340,19 +340,43 @@ def test_exclusion_at_one_source_and_refusals(spark, repo, files):
         lc.replay(q, exclude=lin)
 
 
-def test_replay_of_sample_needs_its_seed(spark, repo, files):
-    """PySpark draws a seed per `sample()` call: rebuilt without one, it would keep other
-    rows, so that replay is refused; with a seed it replays."""
+def test_replay_refuses_unseeded_randomness(spark, repo, files):
+    """PySpark draws a seed per `sample()` call, and Spark one per analysis for a random
+    function written without a seed in expression text or SQL: rebuilt, such a query would
+    keep other rows (or make other values), so replay refuses it, naming it; with seeds
+    (F.rand() carries one) it replays."""
     lc = LineageContext(spark, repo)
     orders = captured(lc, files)["orders"]
     some = orders.where(F.col("okey") < 5)
     some.collect()
     drop = some.lineage().go_back_all()
-    for q in (orders.sample(0.5), orders.sample(False, 0.5), orders.sample(fraction=0.5)):
+    refused = {
+        r"sample\(\) without a seed": [
+            orders.sample(0.5),
+            orders.sample(False, 0.5),
+            orders.sample(fraction=0.5),
+        ],
+        r"where\(\) with rand\(\)": [
+            orders.where("rand() < 0.5"),
+            orders.where(F.expr("rand() < 0.5")),
+        ],
+        r"selectExpr\(\) with uuid\(\)": [orders.selectExpr("okey", "uuid() AS u")],
+        r"lc.sql query with TABLESAMPLE": [
+            lc.sql("SELECT okey FROM orders TABLESAMPLE (50 PERCENT)")
+        ],
+        r"lc.sql query with RAND\(\)": [lc.sql("SELECT okey, rand() AS r FROM orders")],
+    }
+    for match, queries in refused.items():
+        for q in queries:
+            q.collect()
+            with pytest.raises(UnsupportedOperation, match=match):
+                lc.replay(q, exclude=drop)
+    kept = {r[0] for r in ORDERS if r[0] >= 5}
+    for q in (
+        orders.sample(0.5, 11),
+        orders.where(F.rand(3) < 0.5),
+        lc.sql("SELECT okey FROM orders WHERE rand(4) < 0.5"),
+    ):
         q.collect()
-        with pytest.raises(UnsupportedOperation, match=r"sample\(\) without a seed"):
-            lc.replay(q, exclude=drop)
-    seeded = orders.sample(0.5, 11)
-    seeded.collect()
-    got = rows(lc.replay(seeded, exclude=drop))
-    assert got and {r[0] for r in got} <= {r[0] for r in ORDERS if r[0] >= 5}
+        got = rows(lc.replay(q, exclude=drop))
+        assert got and {r[0] for r in got} <= kept

@@ -21,6 +21,7 @@ raises on a replayed row records that failure (a FAIL event) again.
 from __future__ import annotations
 
 import contextlib
+import re
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -185,6 +186,7 @@ class _Rebuild:
                     "replay of a DataFrame made by sample() without a seed: the rebuilt "
                     "query would draw other rows; give sample() a seed"
                 )
+            _refuse_unseeded(recipe.method, (recipe.args, recipe.kwargs))
             receiver = self.frame(recipe.receiver)
             args = self.value(recipe.args)
             kwargs = self.value(recipe.kwargs)
@@ -207,6 +209,7 @@ class _Rebuild:
         from sqlglot import exp
 
         tree = sqlglot.parse_one(recipe.text, read="spark")
+        _refuse_unseeded_sql(tree)
         ctes = {c.alias_or_name.lower() for c in tree.find_all(exp.CTE)}
         named: dict[str, str] = {}
         for table in list(tree.find_all(exp.Table)):
@@ -226,6 +229,59 @@ class _Rebuild:
         if list(df.columns) != recipe.columns and len(df.columns) == len(recipe.columns):
             df = df.toDF(*recipe.columns)
         return frame._new(df)
+
+
+# A random function written without a seed in expression text (F.expr, where("..."),
+# selectExpr, lc.sql): Spark draws its seed when it analyzes the query, so a rebuilt query
+# draws other values. F.rand() and the like carry the seed drawn when the Column was made.
+_UNSEEDED = re.compile(
+    r"\b(?:rand|randn|random|uuid)\s*\(\s*\)|\bshuffle\s*\((?:[^(),]|\([^()]*\))*\)", re.I
+)
+
+
+def _refuse_unseeded(method: str, args: Any) -> None:
+    """Refuse a recorded call whose expression text holds a random function without a seed."""
+    for text in _texts(args):
+        hit = _UNSEEDED.search(text)
+        if hit:
+            raise UnsupportedOperation(
+                f"replay of a DataFrame made by {method}() with {hit.group(0)} (no seed): Spark "
+                "draws its seed when it analyzes the query, so the rebuilt query would draw "
+                "other values; give it a seed (e.g. rand(7)) or use F.rand()"
+            )
+
+
+def _texts(x: Any) -> list[str]:
+    from pyspark.sql import Column
+
+    if isinstance(x, str):
+        return [x]
+    if isinstance(x, Column):
+        return [repr(x)]
+    if isinstance(x, list | tuple):
+        return [t for v in x for t in _texts(v)]
+    if isinstance(x, dict):
+        return [t for v in x.values() for t in _texts(v)]
+    return []
+
+
+def _refuse_unseeded_sql(tree: Any) -> None:
+    """`lc.sql`: the same for TABLESAMPLE and random functions without a seed."""
+    from sqlglot import exp
+
+    for node in tree.walk():
+        unseeded = (
+            (isinstance(node, exp.TableSample) and node.args.get("seed") is None)
+            or (isinstance(node, exp.Rand | exp.Randn) and node.this is None)
+            or isinstance(node, exp.Uuid)
+            or (isinstance(node, exp.Shuffle) and len([v for v in node.args.values() if v]) == 1)
+        )
+        if unseeded:
+            raise UnsupportedOperation(
+                f"replay of an lc.sql query with {node.sql(dialect='spark')} (no seed): Spark "
+                "draws its seed when it analyzes the query, so the rebuilt query would draw "
+                "other rows or values; give it a seed (rand(7), TABLESAMPLE ... REPEATABLE (7))"
+            )
 
 
 def _sample_seed(args: tuple, kwargs: dict[str, Any]) -> Any:
