@@ -251,6 +251,8 @@ def _rows(table: Any) -> list:
     from pyspark.sql import Row
 
     fields = list(table.column_names)
+    if not fields:  # zip() of no columns would give no rows
+        return [Row() for _ in range(table.num_rows)]
     cols = [_column_values(c) for c in table.columns]
     # Millions of new containers would trigger the cyclic collector over and over (it cost
     # more than building the rows); none of them can form a cycle.
@@ -278,7 +280,10 @@ def _column_values(column: Any) -> list:
     decimal = pa.types.is_decimal(t)
     if not (decimal or pa.types.is_temporal(t)) or len(column) < 64:
         return column.to_pylist()
-    encoded = column.combine_chunks().dictionary_encode()
+    try:
+        encoded = column.combine_chunks().dictionary_encode()
+    except pa.ArrowNotImplementedError:  # a type pyarrow cannot hash
+        return column.to_pylist()
     if len(encoded.dictionary) * 4 <= len(column):
         values = encoded.dictionary.to_pylist()
         values.append(None)  # nulls index past the dictionary
