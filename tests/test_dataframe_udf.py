@@ -243,3 +243,63 @@ def test_unaliased_udf_columns_are_named_as_vanilla_names_them(spark, repo, peop
         # The renamed column still carries its rows' lineage.
         q = df.select("id", age("born"))
         assert len(q.collect()) == q.lineage().go_back_all().count() == 56
+
+
+def _plan(frame) -> str:
+    return frame.dataframe._jdf.queryExecution().analyzed().toString()
+
+
+def test_fail_culprits_are_exactly_the_failing_input_rows(lc, people):
+    # Under "fail" a deterministic call from the DataFrame API takes no ids; when the action
+    # fails, a probe over the call's input records each input row the function raises on,
+    # once: not the rows an earlier operator removed, nor those of a call site that did not
+    # fail (here one built over the other rows, never run).
+    path, rows = people
+    line = {r[0]: ",".join(map(str, r)) for r in rows}
+    age = lc.udf.register("age", make_year(), "int")
+    size = lc.udf.register("size", len, "int")
+    df = lc.read.csv(path, header=True, schema="id INT, name STRING, born STRING")
+    df.where(F.col("id") >= 30).select(age("born"))  # a call site whose action never runs
+    q = (
+        df.withColumn("n", size("born"))
+        .where(F.col("id") < 30)
+        .select("id", "n", age("born").alias("a"))
+    )
+    assert "__prov_cur" not in _plan(q)
+    with pytest.raises(Exception, match="invalid literal"):
+        q.collect()
+    bad = sorted(line[i] for i, _, b in rows if i < 30 and not b.isdigit())
+    assert len(bad) == 2
+    assert sorted(c.data for c in lc.culprits()) == bad
+    assert all(c.exception == "ValueError" for c in lc.culprits())
+
+
+def test_fail_culprits_of_a_call_in_a_filter_and_a_group(spark, repo, people):
+    path, rows = people
+    line = {r[0]: ",".join(map(str, r)) for r in rows}
+    bad = sorted(line[i] for i, _, b in rows if not b.isdigit())
+    schema = "id INT, name STRING, born STRING"
+    for make in (
+        lambda d, a: d.where(a("born") > 0),
+        lambda d, a: d.groupBy((F.col("id") % 3).alias("g")).agg(F.sum(a("born"))),
+    ):
+        lc = LineageContext(spark, repo)
+        age = lc.udf.register("age", make_year(), "int")
+        q = make(lc.read.csv(path, header=True, schema=schema), age)
+        with pytest.raises(Exception, match="invalid literal"):
+            q.collect()
+        assert sorted(c.data for c in lc.culprits()) == bad
+
+
+def test_nondeterministic_udf_still_takes_the_row_ids(lc, people):
+    # A probe after the failure could not meet the same errors: the call takes the ids.
+    path, rows = people
+    f = F.udf(make_year(), "int", useArrow=False).asNondeterministic()
+    age = lc.udf.register("age", f)
+    df = lc.read.csv(path, header=True, schema="id INT, name STRING, born STRING")
+    q = df.select("id", age("born").alias("a"))
+    assert "__prov_cur" in _plan(q)
+    with pytest.raises(Exception, match="invalid literal"):
+        q.collect()
+    bad = {",".join(map(str, r)) for r in rows if not r[2].isdigit()}
+    assert lc.culprits() and {c.data for c in lc.culprits()} <= bad

@@ -16,7 +16,7 @@ from pyspark.sql import functions as F
 
 from .._rdd import UnsupportedOperation
 from . import _windows
-from ._columns import Lineage, collected, fresh, is_hidden, null_of, udf_ids
+from ._columns import Lineage, collected, fresh, is_hidden, null_of
 from ._recipe import recorded
 from ._udf import CURRENT, uses_current, vanilla_names
 
@@ -177,10 +177,7 @@ class LineageDataFrame:
         """The underlying DataFrame, plus the row's ids as `__prov_cur` when one of `cols`
         calls a captured UDF (its hidden last argument), without the rows on which a UDF
         under on_error="skip" raises."""
-        if self._lin and uses_current(cols):
-            df = self._df.withColumn(CURRENT, udf_ids(F, self._lin))
-            return self._agent.udfs.drop_failing(df, cols)
-        return self._df
+        return self._agent.udfs.source(self._df, self._lin, cols)
 
     def _visible_df(self) -> Any:
         """The same rows without the hidden columns (what vanilla PySpark would hold)."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pickle
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -33,6 +33,8 @@ class Plumbing:
         self.lc = lc
         # output capture point -> the LineageDataFrame its action ran on (for replay)
         self.frames_of: dict[int, Any] = {}
+        # Called with an action's error before it propagates (UDF culprits: `_udf.blame`).
+        self.on_failure: Callable[[BaseException], None] | None = None
 
     @property
     def capture(self) -> bool:
@@ -104,7 +106,12 @@ class Plumbing:
         `lineage()` is then this action's output."""
         with self.lc.planner.action(cp):
             self.frames_of[cp.number] = frame
-            yield
+            try:
+                yield
+            except Exception as error:
+                if self.on_failure is not None:
+                    self.on_failure(error)
+                raise
             frame.last_output = cp
 
     def lineage_of(self, cp: CapturePoint) -> LineageRDD:

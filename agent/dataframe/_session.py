@@ -38,6 +38,7 @@ class FrameAgent:
         self.outputs = Outputs(self)
         self.views: dict[str, LineageDataFrame] = {}
         self.udfs = LineageUDFRegistration(self)
+        self.plumbing.on_failure = self.udfs.blame
         self._lock = threading.Lock()
 
     def capture_python(self, modules: tuple[str, ...]) -> Any:

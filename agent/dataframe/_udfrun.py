@@ -8,6 +8,11 @@ functions; then `on_error="fail"` re-raises (the task fails as Spark would) and 
 returns null for that call. Under "skip" the DataFrame API first filters with a probe (the
 same function, returning whether it raises on the row: the culprit is recorded there), so
 the row is dropped as an RDD function's failing record is, and the call itself never fails.
+
+A deterministic Python UDF called from the DataFrame API under "fail" takes no ids at all
+(`site_function`): on success they are not needed, and passing them cost more than the
+function (see `_udf.LineageUDF`). When it raises, the error carries the call site's name,
+and the driver finds the culprits afterwards with the probe.
 """
 
 from __future__ import annotations
@@ -130,6 +135,30 @@ def row_function(wrapper: PythonUdf | PythonProbe, arity: int) -> Callable:
     made = scope[name]
     # Spark names a call's column after the function: the registered name, as vanilla's.
     made.__name__ = wrapper.spec.name
+    return made
+
+
+# A deterministic call under "fail" from the DataFrame API: no ids, no journal. The error
+# takes a note naming the call site (it reaches the driver in the task's traceback text),
+# so the action that fails can run the site's probe over the same input (`_udf.blame`).
+_SITE_FUNCTION = """
+def {name}({params}):
+    try:
+        return func({args})
+    except Exception as error:
+        error.add_note(site)
+        raise
+"""
+
+
+def site_function(func: Callable, name: str, arity: int, site: str) -> Callable:
+    """`func` for calls with `arity` arguments from call site `site` (see above)."""
+    params = ", ".join(f"a{i}" for i in range(arity))
+    text = _SITE_FUNCTION.format(name=f"site{arity}", params=params, args=params)
+    scope: dict[str, Any] = {"func": func, "site": site}
+    exec(compile(text, f"<captured udf {site}>", "exec"), scope)
+    made = scope[f"site{arity}"]
+    made.__name__ = name
     return made
 
 
