@@ -176,7 +176,7 @@ class LineageDataFrame:
     def _src(self, *cols: Any) -> Any:
         """The underlying DataFrame, plus the row's ids as `__prov_cur` when one of `cols`
         calls a captured UDF (its hidden last argument), without the rows on which a UDF
-        under on_error="skip" raises."""
+        under on_error="skip" raises; a call site without ids notes it as its input."""
         return self._agent.udfs.source(self._df, self._lin, cols)
 
     def _visible_df(self) -> Any:
