@@ -303,3 +303,20 @@ def test_nondeterministic_udf_still_takes_the_row_ids(lc, people):
         q.collect()
     bad = {",".join(map(str, r)) for r in rows if not r[2].isdigit()}
     assert lc.culprits() and {c.data for c in lc.culprits()} <= bad
+
+
+def test_fail_culprits_of_a_column_used_by_two_frames_are_the_failing_frames(lc, people):
+    # One UDF Column, used by operators of two frames over different rows: the action that
+    # fails blames the input rows of its own frame only.
+    path, rows = people
+    line = {r[0]: ",".join(map(str, r)) for r in rows}
+    age = lc.udf.register("age", make_year(), "int")
+    a = age("born").alias("a")
+    df = lc.read.csv(path, header=True, schema="id INT, name STRING, born STRING")
+    df.where(F.col("id") >= 30).select("id", a)  # its failing rows are not this action's
+    q = df.where(F.col("id") < 30).select("id", a)
+    with pytest.raises(Exception, match="invalid literal"):
+        q.collect()
+    bad = sorted(line[i] for i, _, b in rows if i < 30 and not b.isdigit())
+    assert len(bad) == 2 and any(not b.isdigit() for i, _, b in rows if i >= 30)
+    assert sorted(c.data for c in lc.culprits()) == bad

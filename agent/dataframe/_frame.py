@@ -177,7 +177,7 @@ class LineageDataFrame:
         """The underlying DataFrame, plus the row's ids as `__prov_cur` when one of `cols`
         calls a captured UDF (its hidden last argument), without the rows on which a UDF
         under on_error="skip" raises; a call site without ids notes it as its input."""
-        return self._agent.udfs.source(self._df, self._lin, cols)
+        return self._agent.udfs.source(self, self._df, self._lin, cols)
 
     def _visible_df(self) -> Any:
         """The same rows without the hidden columns (what vanilla PySpark would hold)."""

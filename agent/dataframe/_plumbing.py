@@ -34,7 +34,7 @@ class Plumbing:
         # output capture point -> the LineageDataFrame its action ran on (for replay)
         self.frames_of: dict[int, Any] = {}
         # Called with an action's error before it propagates (UDF culprits: `_udf.blame`).
-        self.on_failure: Callable[[BaseException], None] | None = None
+        self.on_failure: Callable[[BaseException, Any], None] | None = None
 
     @property
     def capture(self) -> bool:
@@ -110,7 +110,7 @@ class Plumbing:
                 yield
             except Exception as error:
                 if self.on_failure is not None:
-                    self.on_failure(error)
+                    self.on_failure(error, frame)
                 raise
             frame.last_output = cp
 

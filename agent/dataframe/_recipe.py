@@ -66,6 +66,30 @@ def recipe_of(obj: Any) -> Call | Source | SqlQuery | None:
     return vars(obj).get("_recipe") if type(obj) in _RECORDED else None
 
 
+def frames_under(obj: Any) -> list[Any]:
+    """`obj` and every captured frame or grouped data it was made from, through the
+    recipes (calls' receivers and arguments, `lc.sql` views)."""
+    seen: dict[int, Any] = {}
+    todo = [obj]
+    while todo:
+        o = todo.pop()
+        if isinstance(o, list | tuple):
+            todo.extend(o)
+            continue
+        if isinstance(o, dict):
+            todo.extend(o.values())
+            continue
+        if type(o) not in _RECORDED or id(o) in seen:
+            continue
+        seen[id(o)] = o
+        recipe = recipe_of(o)
+        if isinstance(recipe, Call):
+            todo += [recipe.receiver, *recipe.args, *recipe.kwargs.values()]
+        elif isinstance(recipe, SqlQuery):
+            todo += list(recipe.views.values())
+    return list(seen.values())
+
+
 def set_recipe(obj: Any, recipe: Call | Source | SqlQuery) -> None:
     obj._recipe = recipe
 

@@ -26,6 +26,7 @@ from pyspark.sql.pandas.functions import pandas_udf
 
 from .._rdd import UnsupportedOperation
 from ._columns import PREFIX, Lineage, fresh, is_hidden, udf_ids
+from ._recipe import frames_under
 from ._udfrun import (
     PandasProbe,
     PandasUdf,
@@ -113,15 +114,17 @@ class LineageUDFRegistration:
         self._agent = agent
         self.registered: dict[str, LineageUDF] = {}
         self.calls: dict[str, tuple[Any, tuple]] = {}  # skip token -> (probe, arguments)
-        # call site (no ids) -> (probe, arguments, the inputs of the operators that used it)
-        self.sites: dict[str, tuple[Any, tuple, list[tuple[Any, Lineage]]]] = {}
+        # call site (no ids) -> (probe, arguments, the inputs of the operators that used it,
+        # each with the frame whose operator it was)
+        self.sites: dict[str, tuple[Any, tuple, list[tuple[Any, Any, Lineage]]]] = {}
         self.direct = False  # whether any call took the row's ids as its argument
 
-    def source(self, df: Any, lin: Lineage, cols: tuple) -> Any:
-        """The DataFrame an operator over `df` evaluates `cols` on: `df` itself, or with
-        the row's ids as `__prov_cur` when a call takes them, without the rows on which a
-        UDF under on_error="skip" raises. Notes `df` as the input of the call sites in
-        `cols`. Costs nothing while no captured UDF has been called."""
+    def source(self, owner: Any, df: Any, lin: Lineage, cols: tuple) -> Any:
+        """The DataFrame an operator of frame `owner` over `df` evaluates `cols` on: `df`
+        itself, or with the row's ids as `__prov_cur` when a call takes them, without the
+        rows on which a UDF under on_error="skip" raises. Notes `df` (and `owner`) as the
+        input of the call sites in `cols`. Costs nothing while no captured UDF has been
+        called."""
         if not lin or not (self.calls or self.sites or self.direct):
             return df
         from ._windows import column_text
@@ -129,20 +132,24 @@ class LineageUDFRegistration:
         texts = [column_text(c) for c in cols if not isinstance(c, int | bool)]
         for site in {m for t in texts for m in _SITE.findall(t)}:
             if site in self.sites:
-                self.sites[site][2].append((df, lin))
+                self.sites[site][2].append((owner, df, lin))
         if not any(CURRENT in t for t in texts):
             return df
         return self._drop_failing(df.withColumn(CURRENT, udf_ids(F, lin)), texts)
 
-    def blame(self, error: BaseException) -> None:
-        """After an action failed: when the error names call sites (their function raised),
-        run each site's probe over its inputs; the probe records FAIL events for every input
-        row the function raises on. A probe that fails itself is reported, not raised (the
-        action's own error is what the caller gets)."""
+    def blame(self, error: BaseException, frame: Any) -> None:
+        """After an action on `frame` failed: when the error names call sites (their
+        function raised), run each site's probe over its inputs; the probe records FAIL
+        events for every input row the function raises on. A Column used by operators of
+        several frames has several inputs: only those of frames `frame` was made from are
+        probed (all of them when none is found among its recipes). A probe that fails
+        itself is reported, not raised (the action's own error is what the caller gets)."""
         names = set(_SITE.findall(str(error)))
+        made_from = {id(f) for f in frames_under(frame)}
         for site in sorted(names & set(self.sites)):
             probe, args, inputs = self.sites[site]
-            for df, lin in inputs:
+            ours = [(df, lin) for owner, df, lin in inputs if id(owner) in made_from]
+            for df, lin in ours or [(df, lin) for _, df, lin in inputs]:
                 try:
                     with self._agent.capture_python(_MODULES):
                         ids = df.withColumn(CURRENT, udf_ids(F, lin))
