@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 from pyspark.sql import functions as F
 
 from ._columns import Lineage, collected, fresh
+from ._frame import quoted  # _frame imports this module lazily: no cycle at load
 from ._recipe import Call, Source, recipe_of
 from ._windows import column_text
 
@@ -149,8 +150,8 @@ def filtered(lazy: LazyAggregate, eager: Any, condition: Any, lin: Lineage) -> A
     s = [fresh("s") for _ in names]
     survivors = plain.filter(condition).toDF(*s)
     k = [fresh("k") for _ in lazy.keys]
-    ids = [F.col(_quoted(h)) for h in src.longs]
-    pre = lazy.frame._df.select(*[F.col(_quoted(c)).alias(kn) for c, kn in zip(lazy.keys, k)], *ids)
+    ids = [quoted(h) for h in src.longs]
+    pre = lazy.frame._df.select(*[quoted(c).alias(kn) for c, kn in zip(lazy.keys, k)], *ids)
     on = reduce(lambda a, b: a & b, [F.col(kn).eqNullSafe(F.col(sn)) for kn, sn in zip(k, s)])
     nk = len(k)
     grouped = (
@@ -206,7 +207,3 @@ def _key_names(frame: LineageDataFrame, cols: list) -> tuple[str, ...] | None:
             return None
         out.append(text)
     return tuple(out)
-
-
-def _quoted(name: str) -> str:
-    return "`" + name.replace("`", "``") + "`"
