@@ -75,6 +75,25 @@ def main(url: str, work: str) -> None:
         s.collect()
         got = sorted(tuple(x) for x in lc.replay(s, exclude=one.lineage().go_back_all()))
         assert got == [(k, 8) for k in (0, 2, 3, 4)], got
+
+        # A UDF that raises: the failed action names the rows it raises on as culprits
+        # (a deterministic call takes no ids: the site's name must come back in the
+        # server's error text for the client to find them).
+        def odd(k):
+            if k % 7 == 3:
+                raise ValueError(f"bad key {k}")
+            return k
+
+        bad = lc.udf.register("odd", odd, "int")
+        failing = o.where(F.col("okey") < 30).select("okey", bad("okey").alias("k"))
+        try:
+            failing.collect()
+        except Exception as e:
+            assert "bad key" in str(e), e
+        else:
+            raise AssertionError("the failing UDF did not fail the action")
+        culprits = sorted(c.data for c in lc.culprits())
+        assert culprits == sorted(lines[a] for a in range(30) if a % 7 == 3), culprits
     spark.stop()
     print("connect pipeline traced")
 
