@@ -127,10 +127,9 @@ def lazy_aggregate(
     """The lazy form of `frame.groupBy(*cols).agg(*exprs)`, or None when it must be eager."""
     from ._udf import uses_current
 
-    lin = frame._lin
-    if kind != "groupBy" or not cols or not exprs or lin.arrays or len(lin.longs) != 1:
+    if kind != "groupBy" or not cols or not exprs or not lazy_input(frame):
         return None
-    if uses_current((*cols, *exprs)) or not recomputable(frame):
+    if uses_current((*cols, *exprs)):
         return None
     keys = _key_names(frame, cols)
     if keys is None:
@@ -160,6 +159,49 @@ def filtered(lazy: LazyAggregate, eager: Any, condition: Any, lin: Lineage) -> A
         .agg(*[F.first(F.col(c)).alias(c) for c in s[nk:]], collected(F, src).alias(name))
     )
     return grouped.select(*[F.col(c).alias(n) for c, n in zip(s, names)], name)
+
+
+def filtered_sql(
+    survivors: str, columns: list[str], keys: int, names: list[str], pre: str, ids: str, out: str
+) -> str:
+    """`filtered`'s plan as Spark SQL text (for `lc.sql`'s HAVING): `survivors` is a query of
+    the filtered aggregate's rows, its columns named `columns` by position (its first
+    `keys` are the group keys, the others its output, named `names` in the result); `pre`
+    the aggregate's input, the same keys (as `columns[:keys]`) and the ids column `ids`.
+    Each surviving row, its values as `survivors` gives them, with every id of its group in
+    the array column `out`."""
+    from sqlglot import exp
+
+    p, s = fresh("p"), fresh("s")
+    key = columns[:keys]
+    on = " AND ".join(f"{p}.{k} <=> {s}.{k}" for k in key)
+    values = ", ".join(
+        f"first({s}.{c}) AS {exp.to_identifier(n, quoted=True).sql(dialect='spark')}"
+        for c, n in zip(columns[keys:], names)
+    )
+    return (
+        f"SELECT /*+ BROADCAST({s}) */ {values}, collect_list({p}.{ids}) AS {out} "
+        f"FROM ({pre}) AS {p} JOIN ({survivors}) AS {s}({', '.join(columns)}) ON {on} "
+        f"GROUP BY {', '.join(f'{s}.{k}' for k in key)}"
+    )
+
+
+def lazy_input(frame: LineageDataFrame) -> bool:
+    """Whether `frame` can feed a lazy aggregate: one source's rows (one id column), with
+    `recomputable` calls."""
+    lin = frame._lin
+    return not lin.arrays and len(lin.longs) == 1 and recomputable(frame)
+
+
+def deterministic_sql(text: str) -> bool:
+    """Whether a Spark SQL expression calls Spark's deterministic builtins only (what a
+    recomputed input may compute)."""
+    return _deterministic(text)
+
+
+def atomic(dtype: str) -> bool:
+    """Whether a column of this Spark type (`dtypes` spelling) can be a lazy group key."""
+    return dtype in _ATOMIC or dtype.startswith("decimal")
 
 
 def recomputable(frame: LineageDataFrame) -> bool:
@@ -203,7 +245,7 @@ def _key_names(frame: LineageDataFrame, cols: list) -> tuple[str, ...] | None:
             text = text[1:-1]
         elif "." in text or "`" in text:
             return None
-        if types.get(text) not in _ATOMIC and not str(types.get(text, "")).startswith("decimal"):
+        if not atomic(str(types.get(text, ""))):
             return None
         out.append(text)
     return tuple(out)

@@ -46,6 +46,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._rdd import UnsupportedOperation
 from ._columns import Lineage, fresh, is_hidden
+from ._sqllazy import lazy_block
 
 if TYPE_CHECKING:
     from ._frame import LineageDataFrame
@@ -119,11 +120,14 @@ class SqlRewriter:
                 cte.set("this", body)
                 name = cte.alias_or_name
                 text = body.sql(dialect="spark")
-                cols = self._output_columns(text, ctes)
+                cols = self.output_columns(text, ctes)
                 ctes[name.lower()] = Item(name, rel.lin, cols, text)
         if isinstance(node, E.Select):
             if node.args.get("qualify") is not None:
                 return self.query(self._unqualify(node, ctes), ctes, merged)
+            lazy = lazy_block(self, node, ctes, merged)
+            if lazy is not None:
+                return lazy
             return node, self.select(node, ctes, merged)
         if isinstance(node, E.Subquery):
             inner, rel = self.query(node.this, ctes, merged)
@@ -151,7 +155,7 @@ class SqlRewriter:
         order, limit = node.args.get("order"), node.args.get("limit")
         node.set("order", None)
         node.set("limit", None)
-        cols = self._output_columns(node.sql(dialect="spark"), ctes)
+        cols = self.output_columns(node.sql(dialect="spark"), ctes)
         if cols is None:
             raise UnsupportedOperation("lc.sql: UNION over a query Spark cannot analyze alone")
         out = fresh("u")
@@ -188,7 +192,7 @@ class SqlRewriter:
         if star:
             plain = sel.copy()
             plain.set("qualify", None)
-            names = self._output_columns(plain.sql(dialect="spark"), ctes)
+            names = self.output_columns(plain.sql(dialect="spark"), ctes)
             if names is None or len({n.lower() for n in names}) != len(names):
                 raise UnsupportedOperation(
                     "lc.sql: QUALIFY over SELECT * with repeated column names (list the columns)"
@@ -232,7 +236,7 @@ class SqlRewriter:
         ids = fresh("u")
         left, _ = self.query(node.this, ctes, ids)
         right, _ = self.query(node.expression, ctes, ids)
-        cols = self._output_columns(left.sql(dialect="spark"), ctes)
+        cols = self.output_columns(left.sql(dialect="spark"), ctes)
         if cols is None:
             raise UnsupportedOperation(f"lc.sql: {what} over a query Spark cannot analyze alone")
         c = [fresh("c") for _ in cols]
@@ -275,7 +279,7 @@ class SqlRewriter:
         there they are taken by name (when the visible names are distinct)."""
         text = branch.sql(dialect="spark")
         t = fresh("t")
-        every = self._output_columns(text, ctes, hidden=True) or []
+        every = self.output_columns(text, ctes, hidden=True) or []
         names = [n for n in every if not is_hidden(n)]
         if len(names) != len(c):
             raise UnsupportedOperation(f"lc.sql: {what} branches with different column counts")
@@ -731,7 +735,7 @@ class SqlRewriter:
                 else:
                     out.append(Item(s.alias_or_name, [], None))
             elif isinstance(s, E.Subquery):
-                cols = self._output_columns(s.this.sql(dialect="spark"), ctes)
+                cols = self.output_columns(s.this.sql(dialect="spark"), ctes)
                 out.append(Item(s.alias_or_name, [], cols))
             else:
                 out.append(Item(s.alias_or_name, [], None))
@@ -889,7 +893,7 @@ class SqlRewriter:
         ]
         return _concat(E, parts)
 
-    def _output_columns(
+    def output_columns(
         self, text: str, ctes: dict[str, Item], hidden: bool = False
     ) -> list[str] | None:
         """The visible columns a query outputs (Spark analyzes it, earlier CTEs in scope);
