@@ -81,6 +81,8 @@ class SqlRewriter:
         self.views = dict(agent.views)
         self.cps: set[int] = set()
         self._columns_cache: dict[str, list[str]] = {}
+        # Select blocks (by id) that keep the eager form under aggregates="lazy".
+        self.eager_blocks: set[int] = set()
 
     # -- entry -------------------------------------------------------------------------------
 
@@ -587,6 +589,12 @@ class SqlRewriter:
                 raise UnsupportedOperation("lc.sql: IN subquery with several columns")
             y = body.expressions[0]
             body.set("expressions", [E.alias_(y.this if isinstance(y, E.Alias) else y, "k")])
+            if self._conjunct(sel, pred):
+                # Spark infers `k IN (subquery)` for the ids' side from `x IN (subquery)` and
+                # the join on x = k, and filters the aggregate's input with it: the eager form
+                # then collects the surviving groups' ids only, and the lazy form would read
+                # the input once more (TPC-H Q18's text: bench/dataframe.py --queries q18sql).
+                self.eager_blocks.add(id(body))
             sub, rel = self.query(body, ctes)
             t = fresh("t")
             grouped = E.select(
@@ -609,6 +617,17 @@ class SqlRewriter:
         return self._correlated(
             sel, pred, body, key, correlated, local, items, inner_items, ctes, alias
         )
+
+    def _conjunct(self, sel: Any, pred: Any) -> bool:
+        """Whether `pred` is one of the conjuncts of `sel`'s WHERE (not under OR / NOT)."""
+        E = self.E
+        where = sel.args.get("where")
+        node = pred
+        while node.parent is not None and node.parent is not where:
+            node = node.parent
+            if not isinstance(node, E.And | E.Paren):
+                return False
+        return where is not None and node.parent is where
 
     def _in_predicate(self, body: Any, key: Any, items: list[Item], inner_items: list[Item]):
         E = self.E

@@ -42,7 +42,7 @@ def lazy_block(
     from ._sql import ARRAY, Rel
 
     E = rw.E
-    if rw.agent.aggregates != "lazy" or not _plain(E, sel):
+    if rw.agent.aggregates != "lazy" or id(sel) in rw.eager_blocks or not _plain(E, sel):
         return None
     table = sel.args["from_"].this
     name = table.name.lower()
