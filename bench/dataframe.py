@@ -3,6 +3,11 @@
     python bench/dataframe.py [--sf 1] [--runs 5] [--formats parquet,csv]
                               [--queries q1,q3,q6,q10,q18,window,udf] [--lazy]
 
+Not in the default list: `q18sql`, TPC-H Q18 as its standard SQL text, through `spark.sql`
+and `lc.sql` over views of the tables (its `IN (... HAVING ...)` keeps the eager form, which
+Spark already restricts to the surviving keys), and `q18sqljoin`, the same query with that
+subquery joined as a derived table, whose HAVING block --lazy runs in the lazy form.
+
 TPC-H data (DuckDB's tpch extension) is generated once per scale factor under bench/out/.
 For each format and query, three variants alternate on one local[2] SparkSession: vanilla
 (`spark.read`), captured (`lc.read`, lineage on) and capture off (`LineageContext(...,
@@ -20,6 +25,7 @@ surviving groups' ids only), its median against vanilla and against the eager ca
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import shutil
 import sys
@@ -74,9 +80,28 @@ def year(s):
     return int(s[:4])
 
 
-def build(name, tables, udf):
+def q18_sql(tables, sql, joined=False):
+    """TPC-H Q18's standard text (or `_tpch.Q18_HAVING_JOIN`) over views of `tables`, run by
+    `sql` (spark.sql / lc.sql)."""
     import _tpch
 
+    for t in ("customer", "orders", "lineitem"):
+        tables[t].createOrReplaceTempView(t)
+    return sql(_tpch.Q18_HAVING_JOIN if joined else q18_text())
+
+
+@functools.cache
+def q18_text() -> str:
+    import _tpch
+
+    return _tpch.sql_queries()[18]
+
+
+def build(name, tables, udf, sql=None):
+    import _tpch
+
+    if name in ("q18sql", "q18sqljoin"):
+        return q18_sql(tables, sql, joined=name == "q18sqljoin")
     if name == "window":
         return window_query(tables)
     if name == "udf":
@@ -93,6 +118,8 @@ def input_bytes(folder: str, fmt: str, name: str) -> int:
         "q6": ["lineitem"],
         "q10": ["customer", "orders", "lineitem", "nation"],
         "q18": ["orders", "customer", "lineitem"],
+        "q18sql": ["orders", "customer", "lineitem"],
+        "q18sqljoin": ["orders", "customer", "lineitem"],
         "window": ["lineitem"],
         "udf": ["orders"],
     }.get(name, list(_tpch.TABLES))
@@ -156,7 +183,7 @@ def run_query(spark, F, folder, fmt, name, runs, work, lazy=False) -> None:
     repos: list[str] = []
 
     def vanilla():
-        return build(name, _tpch.read(spark.read, folder, fmt), vanilla_udf).collect()
+        return build(name, _tpch.read(spark.read, folder, fmt), vanilla_udf, spark.sql).collect()
 
     times: dict[str, list[float]] = {"vanilla": [], "off": [], "captured": []}
     if lazy:
@@ -190,7 +217,7 @@ def run_query(spark, F, folder, fmt, name, runs, work, lazy=False) -> None:
                 )
                 t0 = time.perf_counter()
                 udf = lc.udf.register("yr", year, "int")
-                q = build(name, _tpch.read(lc.read, folder, fmt), udf)
+                q = build(name, _tpch.read(lc.read, folder, fmt), udf, lc.sql)
                 q.collect()
                 times[variant].append(time.perf_counter() - t0)
                 repo.rollover()
