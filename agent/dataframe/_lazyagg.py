@@ -26,6 +26,9 @@ withColumn(s) / renames / drop / toDF / alias / filter, with Spark's builtin fun
 nondeterministic one), group keys that are visible columns of an atomic type, and a plain
 `groupBy` (not rollup / cube / grouping sets). Anything else (a UDF, `on_error="skip"`,
 `sample`, joins, windows, a replayed or cached input) keeps the eager form.
+
+`lc.sql`'s HAVING blocks take the same plan, written in SQL (`filtered_sql`), where the same
+rules hold (`_sqllazy`).
 """
 
 from __future__ import annotations

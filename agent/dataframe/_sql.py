@@ -7,7 +7,9 @@ query block also outputs its rows' lineage columns; Spark then runs the rewritte
   table or CTE carries what its rewritten query outputs. A block outputs all of them
   (joins concatenate; outer joins leave the missing side null).
 - Aggregates (GROUP BY, aggregate functions, HAVING, SELECT DISTINCT): one array column,
-  every id of the group's rows (`collect_list`, `flatten`).
+  every id of the group's rows (`collect_list`, `flatten`); under `aggregates="lazy"` a
+  `GROUP BY ... HAVING` block over a recomputable view collects them after HAVING, for the
+  surviving groups only (`_sqllazy`).
 - UNION [ALL]: each branch outputs its lineage as one array column of the same name;
   UNION (distinct) groups the rows and collects them.
 - Subqueries in WHERE / HAVING (the predicate itself is left exactly as written):
