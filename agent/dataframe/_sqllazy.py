@@ -3,7 +3,9 @@
 
 A block `SELECT e.. FROM v [WHERE w] GROUP BY k.. HAVING h [ORDER BY ..] [LIMIT ..]` (at the
 top, in a derived table or CTE, in a set operation's branch, or as the subquery of
-`x IN (SELECT k FROM v GROUP BY k HAVING ...)`, TPC-H Q18's shape) becomes `_lazyagg`'s plan
+`x IN (SELECT k FROM v GROUP BY k HAVING ...)` under an OR; as a WHERE conjunct, TPC-H Q18's
+text, Spark already restricts the eager form to the survivors: `SqlRewriter._contribution`
+keeps it there, in `eager_blocks`) becomes `_lazyagg`'s plan
 written in SQL (`filtered_sql`): the block itself without ids, its group keys added as
 columns (the survivors), broadcast and joined null-safely on the keys to `v`'s rows that pass
 `w` (keys and ids), grouped again by the survivors' keys. It stays in the rewritten text, so
