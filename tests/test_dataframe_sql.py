@@ -655,3 +655,34 @@ def test_correlated_in(lc, spark, data):
         return out
 
     run(lc, spark, data, text, ref, ["okey", "ckey"])
+
+
+def test_subquery_columns_do_not_clash_with_the_blocks_own(lc, spark, data):
+    # The rewrite joins each subquery's matches as columns of the block; a block whose own
+    # columns are named `k`, `ids` or `o0` (names those joins once used) must still resolve.
+    text = """WITH x AS (SELECT okey AS k, qty AS ids, price AS o0 FROM {items})
+              SELECT * FROM x
+              WHERE k IN (SELECT okey FROM {orders} WHERE status = 'F')
+                AND EXISTS (SELECT * FROM {orders} o WHERE o.okey = x.k AND o.ckey > ids)
+                AND o0 > (SELECT min(price) FROM {items})"""
+
+    def ref(T):
+        low = min(r["price"] for r, _ in T["items"])
+        every = frozenset().union(*(lin for _, lin in T["items"]))
+        out = []
+        for r, lin in T["items"]:
+            f = [ln for o, ln in T["orders"] if o["status"] == "F" and o["okey"] == r["okey"]]
+            e = [
+                ln
+                for o, ln in T["orders"]
+                if r["okey"] is not None
+                and o["okey"] == r["okey"]
+                and None not in (o["ckey"], r["qty"])
+                and o["ckey"] > r["qty"]
+            ]
+            if r["okey"] is not None and f and e and r["price"] is not None and r["price"] > low:
+                row = {"k": r["okey"], "ids": r["qty"], "o0": r["price"]}
+                out.append((row, lin.union(*f, *e) | every))
+        return out
+
+    run(lc, spark, data, text, ref, ["k", "ids", "o0"])

@@ -581,16 +581,20 @@ class SqlRewriter:
             # EXISTS / scalar: every row of the subquery, one array for all outer rows.
             sub, rel = self.query(body, ctes)
             t = fresh("t")
-            lin = E.select(E.alias_(self._flat_collect([(t, n, k) for n, k in rel.lin]), "ids"))
+            ids = fresh("ids")
+            lin = E.select(E.alias_(self._flat_collect([(t, n, k) for n, k in rel.lin]), ids))
             lin = lin.from_(E.Subquery(this=sub, alias=E.TableAlias(this=E.to_identifier(t))))
             self._join(sel, lin, alias, None, "CROSS")
-            return alias, "ids", "const"
+            return alias, ids, "const"
         if not correlated:
             # x IN (SELECT y ...): the rows whose y matches x, grouped by y.
             if len(body.expressions) != 1:
                 raise UnsupportedOperation("lc.sql: IN subquery with several columns")
             y = body.expressions[0]
-            body.set("expressions", [E.alias_(y.this if isinstance(y, E.Alias) else y, "k")])
+            # Hidden names: the joined columns must not make the block's own (a `k`, an
+            # `ids`) ambiguous.
+            kn, ids = fresh("k"), fresh("ids")
+            body.set("expressions", [E.alias_(y.this if isinstance(y, E.Alias) else y, kn)])
             if self._conjunct(sel, pred):
                 # Spark infers `k IN (subquery)` for the ids' side from `x IN (subquery)` and
                 # the join on x = k, and filters the aggregate's input with it: the eager form
@@ -600,18 +604,18 @@ class SqlRewriter:
             sub, rel = self.query(body, ctes)
             t = fresh("t")
             grouped = E.select(
-                E.column("k", table=t),
-                E.alias_(self._flat_collect([(t, n, k) for n, k in rel.lin]), "ids"),
+                E.column(kn, table=t),
+                E.alias_(self._flat_collect([(t, n, k) for n, k in rel.lin]), ids),
             ).from_(E.Subquery(this=sub, alias=E.TableAlias(this=E.to_identifier(t))))
-            grouped.set("group", E.Group(expressions=[E.column("k", table=t)]))
+            grouped.set("group", E.Group(expressions=[E.column(kn, table=t)]))
             self._join(
                 sel,
                 grouped,
                 alias,
-                E.EQ(this=key.copy(), expression=E.column("k", table=alias)),
+                E.EQ(this=key.copy(), expression=E.column(kn, table=alias)),
                 "LEFT",
             )
-            return alias, "ids", "row"
+            return alias, ids, "row"
         if key is not None:
             # A correlated `x IN (SELECT y ... WHERE c)` is true through the rows where c and
             # y = x hold: one more correlation predicate, x's columns the outer block's.
@@ -675,7 +679,7 @@ class SqlRewriter:
         assert found is not None
         outer_item: Item = found
         # K: the outer FROM item's distinct values of those columns.
-        onames = {k: f"o{i}" for i, k in enumerate(outer_cols)}
+        onames = {k: fresh("o") for k in outer_cols}  # hidden: see _contribution
         inames = {k: f"i{i}" for i, k in enumerate(inner_cols)}
         src = self._item_source(sel, outer_item)
         kq = E.select(
@@ -693,13 +697,13 @@ class SqlRewriter:
             or [E.alias_(E.Literal.number(1), "i_")],
         )
         sub, rel = self.query(body, ctes)
-        kt, st = fresh("k"), fresh("t")
+        kt, st, ids = fresh("k"), fresh("t"), fresh("ids")
         on = _and(
             E, [self._retarget(c.copy(), inner_items, kt, onames, st, inames) for c in correlated]
         )
         c = E.select(
             *[E.column(n, table=kt) for n in onames.values()],
-            E.alias_(self._flat_collect([(st, n, k) for n, k in rel.lin]), "ids"),
+            E.alias_(self._flat_collect([(st, n, k) for n, k in rel.lin]), ids),
         ).from_(E.Subquery(this=kq, alias=E.TableAlias(this=E.to_identifier(kt))))
         c = c.join(
             E.Subquery(this=sub, alias=E.TableAlias(this=E.to_identifier(st))),
@@ -718,7 +722,7 @@ class SqlRewriter:
             ],
         )
         self._join(sel, c, alias, cond, "LEFT")
-        return alias, "ids", "row"
+        return alias, ids, "row"
 
     def _retarget(self, cond, inner_items, kt, onames, st, inames):
         E = self.E
