@@ -16,9 +16,9 @@ from pyspark.sql import functions as F
 
 from .._rdd import UnsupportedOperation
 from . import _windows
-from ._columns import Lineage, collected, fresh, is_hidden, null_of
+from ._columns import Lineage, collected, fresh, is_hidden, joined_arrays, null_of
 from ._recipe import recorded
-from ._udf import CURRENT, uses_current, vanilla_names
+from ._udf import CURRENT, uses_current, vanilla_named
 
 if TYPE_CHECKING:
     from .._spec import CapturePoint
@@ -62,6 +62,14 @@ _JOIN_HOWS = {
 
 def quoted(name: str) -> Column:
     return F.col("`" + name.replace("`", "``") + "`")
+
+
+def _star(col: Any) -> bool:
+    """Whether a select column is spelled as a star (`*`, `t.*`, `df["*"]`)."""
+    if isinstance(col, int | bool):
+        return False
+    text = _windows.column_text(col)
+    return text == "*" or text.endswith(".*") or "resolvedstar(" in text
 
 
 def _flat(cols: tuple) -> list:
@@ -137,10 +145,12 @@ class LineageDataFrame:
         self._make = make
         self._lin = lin
         self._name = name or agent.plumbing.node_name("dataframe")
+        # Every column name, hidden ones included: asking Spark costs a schema round trip
+        # (an analysis RPC under Spark Connect), so operators that know it hand it on.
         self._columns: list[str] | None = None
         self.last_output: CapturePoint | None = None
         # What an action that returns every row collects instead of `df`, when cheaper (see
-        # orderBy): the same rows in the same order.
+        # orderBy): the same rows in the same order, its arrays joined (`joined_arrays`).
         self._collected_df: Any = None
         # An aggregate whose ids a filter on its output collects for its survivors only.
         self._lazy: LazyAggregate | None = None
@@ -155,8 +165,19 @@ class LineageDataFrame:
             self._built, self._make = self._make(), None
         return self._built
 
-    def _new(self, df: Any, lin: Lineage | None = None) -> LineageDataFrame:
-        return LineageDataFrame(self._agent, df, self._lin if lin is None else lin)
+    def _new(
+        self, df: Any, lin: Lineage | None = None, columns: list[str] | None = None
+    ) -> LineageDataFrame:
+        """A frame over `df`; `columns`: its column names when known for sure (an operator
+        that keeps its input's columns passes `self._columns`), else asked of Spark."""
+        out = LineageDataFrame(self._agent, df, self._lin if lin is None else lin)
+        if columns is not None:
+            out._columns = list(columns)
+        return out
+
+    def _same_columns(self, df: Any) -> LineageDataFrame:
+        """A frame over `df`, which has exactly this frame's columns (a filter, a sort...)."""
+        return self._new(df, columns=self._columns)
 
     @property
     def _all_columns(self) -> list[str]:
@@ -245,21 +266,41 @@ class LineageDataFrame:
         if not self._lin:
             return self._new(src.select(*cols))
         cols, extra = _windows.with_frames(self, cols)
-        base = src.select(*cols)
-        names = set(base.columns)
-        missing = [quoted(h) for h in self._lin.names if h not in names]
-        if missing or extra:
-            try:
-                base = src.select(*cols, *[e.column for e in extra], *missing)
-                base.columns  # noqa: B018 - analyze now (Spark Connect analyzes lazily)
-            except Exception as e:
-                # select(sum(x)) is a global aggregate: it cannot also carry row columns.
-                if "MISSING_GROUP_BY" in str(e) or "MISSING_AGGREGATION" in str(e):
-                    return self.agg(*cols)
-                raise
+        windows = [e.column for e in extra]
+        names: list[str] | None = None
+        try:
+            if any(_star(c) for c in cols):
+                # A star takes some hidden columns along (all, or one side's of a join):
+                # only the others are added, which the star's output tells.
+                base = src.select(*cols)
+                taken = set(base.columns)
+                missing = [quoted(h) for h in self._lin.names if h not in taken]
+                if missing or windows:
+                    base = src.select(*cols, *windows, *missing)
+                names = list(base.columns)  # analyze now (Spark Connect analyzes lazily)
+            else:
+                # One analysis, not two: the hidden columns are added at once.
+                hidden = [quoted(h) for h in self._lin.names]
+                base = src.select(*cols, *windows, *hidden)
+                names = list(base.columns)
+                if any(names.count(h) > 1 for h in self._lin.names):
+                    # An expression that is not spelled as a star took some along.
+                    base = src.select(
+                        *cols,
+                        *windows,
+                        *[quoted(h) for h in self._lin.names if names.count(h) == 1],
+                    )
+                    names = list(base.columns)
+        except Exception as e:
+            # select(sum(x)) is a global aggregate: it cannot also carry row columns.
+            if "MISSING_GROUP_BY" in str(e) or "MISSING_AGGREGATION" in str(e):
+                return self.agg(*cols)
+            raise
         if CURRENT in names:  # a star took it along
             base = base.drop(CURRENT)
-        return self._windowed(vanilla_names(base, cols), extra)
+            names = [n for n in names if n != CURRENT]
+        base, names = vanilla_named(base, cols, names)
+        return self._windowed(base, extra, names)
 
     def selectExpr(self, *exprs: Any) -> LineageDataFrame:
         return self.select(*[F.expr(e) if isinstance(e, str) else e for e in _flat(exprs)])
@@ -279,15 +320,17 @@ class LineageDataFrame:
             out = out.drop(CURRENT)
         return self._windowed(out, extra)
 
-    def _windowed(self, df: Any, extra: list[_windows.Extra]) -> LineageDataFrame:
+    def _windowed(
+        self, df: Any, extra: list[_windows.Extra], columns: list[str] | None = None
+    ) -> LineageDataFrame:
         if not extra:
-            return self._new(df)
+            return self._new(df, columns=columns)
         # A window function's extra lineage (its frame, or lag/lead's other row) rides as
         # new columns: arrays for frames, longs for offset rows.
         lin = self._lin
         longs = lin.longs + tuple(c.name for c in extra if c.kind == "long")
         arrays = lin.arrays + tuple(c.name for c in extra if c.kind == "array")
-        return self._new(df, Lineage(longs, arrays, lin.cps))
+        return self._new(df, Lineage(longs, arrays, lin.cps), columns)
 
     def withColumnRenamed(self, existing: str, new: str) -> LineageDataFrame:
         return self._new(self._df.withColumnRenamed(existing, new))
@@ -309,7 +352,7 @@ class LineageDataFrame:
         )
 
     def alias(self, alias: str) -> LineageDataFrame:
-        return self._new(self._df.alias(alias))
+        return self._same_columns(self._df.alias(alias))
 
     def filter(self, condition: Any) -> LineageDataFrame:
         if self._lazy is not None and not uses_current((condition,)):
@@ -318,29 +361,39 @@ class LineageDataFrame:
             return self._new(filtered(self._lazy, self._df, condition, self._lin))
         src = self._src(condition)
         out = src.filter(condition)
-        return self._new(out if src is self._df else out.drop(CURRENT))
+        return self._same_columns(out if src is self._df else out.drop(CURRENT))
 
     where = filter
 
     def orderBy(self, *cols: Any, **kwargs: Any) -> LineageDataFrame:
         order = self._ordinals(_flat(cols), sort=True)
         src = self._src(*order)
-        out = src.orderBy(*order, **kwargs)
-        frame = self._new(out if src is self._df else out.drop(CURRENT))
-        if self._lin.arrays:
-            # Rows that carry their groups' ids would go through a range exchange after the
-            # aggregate that made them (whose sampling job computes it once more): TPC-H Q1
-            # 1.32x vanilla that way, 1.18x sorted in the one task that returns every row to
-            # the driver anyway. Only actions that return every row use this plan.
-            one = src.coalesce(1).sortWithinPartitions(*order, **kwargs)
-            frame._collected_df = one if src is self._df else one.drop(CURRENT)
+
+        def ordered() -> Any:
+            out = src.orderBy(*order, **kwargs)
+            return out if src is self._df else out.drop(CURRENT)
+
+        if not self._lin.arrays:
+            return self._same_columns(ordered())
+        # Rows that carry their groups' ids would go through a range exchange after the
+        # aggregate that made them (whose sampling job computes it once more): TPC-H Q1
+        # 1.32x vanilla that way, 1.18x sorted in the one task that returns every row to
+        # the driver anyway. Only actions that return every row use this plan, built here
+        # (its analysis checks the order, as orderBy's own would), with the arrays already
+        # joined for the driver (`joined_arrays`). The global sort is built only if
+        # something else uses the frame: one analysis less for a query that ends in
+        # orderBy().collect().
+        one = joined_arrays(F, src, self._lin).coalesce(1).sortWithinPartitions(*order, **kwargs)
+        frame = LineageDataFrame(self._agent, None, self._lin, make=ordered)
+        frame._columns = self._columns
+        frame._collected_df = one if src is self._df else one.drop(CURRENT)
         return frame
 
     sort = orderBy
 
     def sortWithinPartitions(self, *cols: Any, **kwargs: Any) -> LineageDataFrame:
         order = self._ordinals(_flat(cols), sort=True)
-        return self._new(self._df.sortWithinPartitions(*order, **kwargs))
+        return self._same_columns(self._df.sortWithinPartitions(*order, **kwargs))
 
     def _ordinals(self, cols: list, sort: bool = False) -> list:
         """Integer column ordinals (1-based; negative: descending) name visible columns:
@@ -358,25 +411,25 @@ class LineageDataFrame:
         return out
 
     def limit(self, num: int) -> LineageDataFrame:
-        return self._new(self._df.limit(num))
+        return self._same_columns(self._df.limit(num))
 
     def offset(self, num: int) -> LineageDataFrame:
-        return self._new(self._df.offset(num))
+        return self._same_columns(self._df.offset(num))
 
     def sample(self, *args: Any, **kwargs: Any) -> LineageDataFrame:
-        return self._new(self._df.sample(*args, **kwargs))
+        return self._same_columns(self._df.sample(*args, **kwargs))
 
     def repartition(self, *args: Any, **kwargs: Any) -> LineageDataFrame:
-        return self._new(self._df.repartition(*args, **kwargs))
+        return self._same_columns(self._df.repartition(*args, **kwargs))
 
     def repartitionByRange(self, *args: Any, **kwargs: Any) -> LineageDataFrame:
-        return self._new(self._df.repartitionByRange(*args, **kwargs))
+        return self._same_columns(self._df.repartitionByRange(*args, **kwargs))
 
     def coalesce(self, numPartitions: int) -> LineageDataFrame:
-        return self._new(self._df.coalesce(numPartitions))
+        return self._same_columns(self._df.coalesce(numPartitions))
 
     def hint(self, name: str, *parameters: Any) -> LineageDataFrame:
-        return self._new(self._df.hint(name, *parameters))
+        return self._same_columns(self._df.hint(name, *parameters))
 
     def cache(self) -> LineageDataFrame:
         self._lazy = None  # later filters read the cached (eager) rows
@@ -397,19 +450,19 @@ class LineageDataFrame:
 
     def dropna(self, how: str = "any", thresh: int | None = None, subset: Any = None) -> Any:
         subset = self.columns if subset is None else subset
-        return self._new(self._df.dropna(how, thresh, subset))
+        return self._same_columns(self._df.dropna(how, thresh, subset))
 
     def fillna(self, value: Any, subset: Any = None) -> LineageDataFrame:
         if isinstance(value, dict):
-            return self._new(self._df.fillna(value))
+            return self._same_columns(self._df.fillna(value))
         subset = self.columns if subset is None else subset
-        return self._new(self._df.fillna(value, subset))
+        return self._same_columns(self._df.fillna(value, subset))
 
     def replace(self, to_replace: Any, value: Any = None, subset: Any = None) -> Any:
         subset = self.columns if subset is None else subset
         if isinstance(to_replace, dict):
-            return self._new(self._df.replace(to_replace, subset=subset))
-        return self._new(self._df.replace(to_replace, value, subset))
+            return self._same_columns(self._df.replace(to_replace, subset=subset))
+        return self._same_columns(self._df.replace(to_replace, value, subset))
 
     @property
     def na(self) -> _NaFunctions:

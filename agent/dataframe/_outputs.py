@@ -21,13 +21,18 @@ if TYPE_CHECKING:
 def _fetch(frame: LineageDataFrame) -> tuple[list, list[list]]:
     """Collect `frame`: (rows without hidden columns, each row's hidden values in
     `lin.names` order; arrays as joined strings)."""
-    df = frame._df if frame._collected_df is None else frame._collected_df
-    return _split_rows(frame, joined_arrays(F, df, frame._lin).collect())
+    if frame._collected_df is not None:
+        return _split_rows(frame, frame._collected_df.collect())
+    return _split_rows(frame, joined_arrays(F, frame._df, frame._lin).collect())
 
 
 def _split_rows(frame: LineageDataFrame, rows: list) -> tuple[list, list[list]]:
     """(rows without hidden columns, each row's hidden values in `lin.names` order)."""
-    names = frame._all_columns
+    if not rows:
+        return [], []
+    # The rows name their fields: no schema to ask of Spark (a round trip; an RPC under
+    # Spark Connect).
+    names = getattr(rows[0], "__fields__", None) or frame._all_columns
     visible = [i for i, n in enumerate(names) if not is_hidden(n)]
     fields = [names[i] for i in visible]
     hidden = [names.index(h) for h in frame._lin.names]

@@ -299,8 +299,22 @@ def vanilla_names(df: Any, cols: Any) -> Any:
     vanilla PySpark names them (`yr(s, __prov_cur)` -> `yr(s)`): a Row's fields and
     `columns` must not show the hidden argument. Costs an analysis only when a UDF is
     called."""
+    return vanilla_named(df, cols)[0]
+
+
+def vanilla_named(
+    df: Any, cols: Any, columns: list[str] | None = None
+) -> tuple[Any, list[str] | None]:
+    """`vanilla_names`, and the columns of the DataFrame it returns when known (`columns`:
+    those of `df`, when the caller knows them; else asked of Spark only when a UDF is
+    called)."""
     if not uses_current(cols):
-        return df
-    renames = {c: _HIDDEN_ARGS.sub("", c) for c in df.columns if not is_hidden(c)}
+        return df, columns
+    names = list(df.columns) if columns is None else columns
+    renames = {c: _HIDDEN_ARGS.sub("", c) for c in names if not is_hidden(c)}
     renames = {old: new for old, new in renames.items() if old != new}
-    return df.withColumnsRenamed(renames) if renames else df
+    if not renames:
+        return df, names
+    # Spark matches the names to rename by its resolver (case-insensitive by default):
+    # the result's names are asked of it when needed.
+    return df.withColumnsRenamed(renames), None
