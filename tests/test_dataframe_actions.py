@@ -191,6 +191,41 @@ def test_group_ids_come_back_exactly_as_joined_strings(spark):
     assert ids.dtype == np.int64
 
 
+def test_group_ids_come_back_exactly_through_arrow(spark):
+    """Rows that carry group ids are collected as Arrow batches when their visible types
+    allow: the same parents as the joined strings give, and the very rows `collect()`
+    gives (field names too); a type Arrow would convert differently takes the string way."""
+    import datetime
+    from decimal import Decimal
+
+    from agent.dataframe._columns import Lineage, arrow_parents, parents_of
+    from agent.dataframe._outputs import _fetch_arrow
+
+    big = (1 << 62) + 12345
+    data = [
+        (0, 7, [big, None, 5, big], "x", Decimal("1.50"), datetime.date(2020, 1, 2)),
+        (1, None, [], None, None, None),
+        (2, 3, None, "z", Decimal("-0.25"), datetime.date(1999, 12, 31)),
+        (3, None, [1 << 53 | 1], "w", Decimal(2), datetime.date(2000, 2, 29)),
+    ]
+    schema = "k INT, l BIGINT, a ARRAY<BIGINT>, s STRING, d DECIMAL(10,2), t DATE"
+    df = spark.createDataFrame(data, schema).toDF("k", "__prov_l", "__prov_a", "s", "d", "t")
+    lin = Lineage(("__prov_l",), ("__prov_a",))
+    if not hasattr(df, "toArrow"):
+        pytest.skip("PySpark < 4: no Arrow collection")
+    one = df.orderBy("k").coalesce(1)
+    rows, (counts, ids) = _fetch_arrow(one, lin)
+    assert counts.tolist() == [3, 0, 1, 1]
+    assert ids.tolist() == [5, 7, big, 3, (1 << 53) | 1]
+    want = one.select("k", "s", "d", "t").collect()
+    assert rows == want and [r.__fields__ for r in rows] == [r.__fields__ for r in want]
+    hidden = [[r["__prov_l"], r["__prov_a"]] for r in one.collect()]
+    expected = parents_of(hidden, lin)
+    got = arrow_parents(one.toArrow(), lin)
+    assert [x.tolist() for x in got] == [x.tolist() for x in expected]
+    assert _fetch_arrow(one.withColumn("ts", F.current_timestamp()), lin) is None
+
+
 @pytest.mark.parametrize("high", [1000, 1 << 40, 1 << 62])
 def test_parents_are_each_rows_distinct_sorted_ids(high):
     """`csr` against a brute force over random (row, id) pairs with repeats, in sorted runs

@@ -162,6 +162,38 @@ def parents_of(rows_hidden: list[list[Any]], lin: Lineage) -> tuple[np.ndarray, 
     return csr(n, rows_idx, ids)
 
 
+def arrow_parents(table: Any, lin: Lineage) -> tuple[np.ndarray, np.ndarray]:
+    """`parents_of` for rows collected as an Arrow table (`toArrow()`) whose columns include
+    `lin`'s: the ids are read from the Arrow buffers, no per-id Python object or text."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    n = table.num_rows
+    rows_idx: list[np.ndarray] = []
+    ids: list[np.ndarray] = []
+    for name in lin.longs:
+        col = table.column(name).combine_chunks()
+        if len(col) == 0:
+            continue
+        valid = col.is_valid().to_numpy(zero_copy_only=False)
+        values = col.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+        rows_idx.append(np.flatnonzero(valid).astype(np.int64))
+        ids.append(values[valid])
+    for name in lin.arrays:
+        col = table.column(name).combine_chunks()
+        if len(col) == 0:
+            continue
+        # Null lists have no elements here; null elements are dropped (no parent).
+        values = pc.list_flatten(col)
+        parents = pc.list_parent_indices(col)
+        keep = values.is_valid()
+        values, parents = values.filter(keep), parents.filter(keep)
+        if len(values):
+            ids.append(values.cast(pa.int64()).to_numpy(zero_copy_only=False))
+            rows_idx.append(parents.to_numpy(zero_copy_only=False).astype(np.int64))
+    return csr(n, rows_idx, ids)
+
+
 def csr(n: int, rows_idx: list[np.ndarray], ids: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     """Per-row sorted distinct ids as CSR, from (row, id) pairs."""
     if not ids:

@@ -16,7 +16,7 @@ from pyspark.sql import functions as F
 
 from .._rdd import UnsupportedOperation
 from . import _windows
-from ._columns import Lineage, collected, fresh, is_hidden, joined_arrays, null_of
+from ._columns import Lineage, collected, fresh, is_hidden, null_of
 from ._recipe import recorded
 from ._udf import CURRENT, uses_current, vanilla_named
 
@@ -150,7 +150,7 @@ class LineageDataFrame:
         self._columns: list[str] | None = None
         self.last_output: CapturePoint | None = None
         # What an action that returns every row collects instead of `df`, when cheaper (see
-        # orderBy): the same rows in the same order, its arrays joined (`joined_arrays`).
+        # orderBy): the same rows in the same order.
         self._collected_df: Any = None
         # An aggregate whose ids a filter on its output collects for its survivors only.
         self._lazy: LazyAggregate | None = None
@@ -379,11 +379,10 @@ class LineageDataFrame:
         # aggregate that made them (whose sampling job computes it once more): TPC-H Q1
         # 1.32x vanilla that way, 1.18x sorted in the one task that returns every row to
         # the driver anyway. Only actions that return every row use this plan, built here
-        # (its analysis checks the order, as orderBy's own would), with the arrays already
-        # joined for the driver (`joined_arrays`). The global sort is built only if
-        # something else uses the frame: one analysis less for a query that ends in
+        # (its analysis checks the order, as orderBy's own would). The global sort is built
+        # only if something else uses the frame: one analysis less for a query that ends in
         # orderBy().collect().
-        one = joined_arrays(F, src, self._lin).coalesce(1).sortWithinPartitions(*order, **kwargs)
+        one = src.coalesce(1).sortWithinPartitions(*order, **kwargs)
         frame = LineageDataFrame(self._agent, None, self._lin, make=ordered)
         frame._columns = self._columns
         frame._collected_df = one if src is self._df else one.drop(CURRENT)
