@@ -2,6 +2,7 @@
 
     python bench/dataframe.py [--sf 1] [--runs 5] [--formats parquet,csv]
                               [--queries q1,q3,q6,q10,q18,window,udf] [--lazy]
+                              [--driver-memory 2g]
 
 Not in the default list: `q18sql`, TPC-H Q18 as its standard SQL text, through `spark.sql`
 and `lc.sql` over views of the tables (its `IN (... HAVING ...)` keeps the eager form, which
@@ -146,13 +147,19 @@ def main() -> int:
     p.add_argument("--formats", default="parquet,csv")
     p.add_argument("--queries", default="q1,q3,q6,q10,q18,window,udf")
     p.add_argument("--lazy", action="store_true", help='also capture with aggregates="lazy"')
+    p.add_argument(
+        "--driver-memory",
+        default="",
+        help="the driver JVM's heap (spark.driver.memory; Spark's default 1g can fail to "
+        "build Q18's broadcasts once many runs have filled it)",
+    )
     args = p.parse_args()
     if args.runs < 5:
         p.error("--runs must be at least 5 (medians of fewer runs are noise here)")
     import _tpch
     from pyspark.sql import functions as F
 
-    spark = local_spark("bench-dataframe")
+    spark = local_spark("bench-dataframe", memory=args.driver_memory)
     spark.conf.set("spark.sql.shuffle.partitions", "8")
     out_root = os.path.join(os.path.dirname(__file__), "out", f"tpch-sf{args.sf}")
     work = tempfile.mkdtemp(prefix="bench-df-")
