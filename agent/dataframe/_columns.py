@@ -162,36 +162,40 @@ def parents_of(rows_hidden: list[list[Any]], lin: Lineage) -> tuple[np.ndarray, 
     return csr(n, rows_idx, ids)
 
 
-def arrow_parents(table: Any, lin: Lineage) -> tuple[np.ndarray, np.ndarray]:
-    """`parents_of` for rows collected as an Arrow table (`toArrow()`) whose columns include
-    `lin`'s: the ids are read from the Arrow buffers, no per-id Python object or text."""
+def arrow_pairs(
+    column: Any, longs: tuple[str, ...], arrays: tuple[str, ...], first: int = 0
+) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """(row index, id) pairs of the id columns `longs` / `arrays` of Arrow data whose
+    `column(name)` gives an Arrow array (a batch's, or a table's combined), rows numbered
+    from `first`: read from the Arrow buffers, no per-id Python object or text. Null ids
+    and null lists give no pair."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    n = table.num_rows
-    rows_idx: list[np.ndarray] = []
+    rows: list[np.ndarray] = []
     ids: list[np.ndarray] = []
-    for name in lin.longs:
-        col = table.column(name).combine_chunks()
-        if len(col) == 0:
-            continue
-        valid = col.is_valid().to_numpy(zero_copy_only=False)
+    for name in longs:
+        col = column(name)
+        valid = np.asarray(col.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
         values = col.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
-        rows_idx.append(np.flatnonzero(valid).astype(np.int64))
+        rows.append(np.flatnonzero(valid).astype(np.int64) + first)
         ids.append(values[valid])
-    for name in lin.arrays:
-        col = table.column(name).combine_chunks()
-        if len(col) == 0:
-            continue
-        # Null lists have no elements here; null elements are dropped (no parent).
-        values = pc.list_flatten(col)
-        parents = pc.list_parent_indices(col)
+    for name in arrays:
+        col = column(name)
+        values = pc.list_flatten(col)  # the elements of the non-null lists, in row order
+        owner = pc.list_parent_indices(col)
         keep = values.is_valid()
-        values, parents = values.filter(keep), parents.filter(keep)
-        if len(values):
-            ids.append(values.cast(pa.int64()).to_numpy(zero_copy_only=False))
-            rows_idx.append(parents.to_numpy(zero_copy_only=False).astype(np.int64))
-    return csr(n, rows_idx, ids)
+        values, owner = values.filter(keep), owner.filter(keep)
+        ids.append(values.cast(pa.int64()).to_numpy(zero_copy_only=False))
+        rows.append(owner.to_numpy(zero_copy_only=False).astype(np.int64) + first)
+    return rows, ids
+
+
+def arrow_parents(table: Any, lin: Lineage) -> tuple[np.ndarray, np.ndarray]:
+    """`parents_of` for rows collected as an Arrow table (`toArrow()`) whose columns include
+    `lin`'s."""
+    rows, ids = arrow_pairs(lambda name: table.column(name).combine_chunks(), lin.longs, lin.arrays)
+    return csr(table.num_rows, rows, ids)
 
 
 def csr(n: int, rows_idx: list[np.ndarray], ids: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:

@@ -16,7 +16,7 @@ from journals import Location, WriterSpec
 
 from .._spec import CapturePoint
 from .._worker import TaskJournal
-from ._columns import csr
+from ._columns import arrow_pairs, csr
 
 
 @dataclass(frozen=True)
@@ -27,32 +27,6 @@ class TapSpec:
     longs: tuple[str, ...]
     arrays: tuple[str, ...]
     uri: str
-
-
-def _pairs(batch: Any, spec: TapSpec, first: int) -> tuple[list, list]:
-    """(row index, record id) pairs of a batch's hidden columns, rows numbered from `first`."""
-    import pyarrow.compute as pc
-
-    rows, ids = [], []
-    for name in spec.longs:
-        col = batch.column(name)
-        valid = np.asarray(pc.is_valid(col).to_numpy(zero_copy_only=False), dtype=bool)
-        vals = col.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
-        idx = np.flatnonzero(valid)
-        rows.append(idx + first)
-        ids.append(vals[idx])
-    for name in spec.arrays:
-        col = batch.column(name)
-        lens = col.value_lengths().fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
-        values = col.flatten()  # the elements of the non-null lists, in row order
-        owner = np.repeat(np.arange(len(lens), dtype=np.int64) + first, lens)
-        flat = values.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
-        if values.null_count:  # nulls inside a list (none expected): drop them, vectorized
-            valid = np.asarray(pc.is_valid(values).to_numpy(zero_copy_only=False), dtype=bool)
-            owner, flat = owner[valid], flat[valid]
-        rows.append(owner)
-        ids.append(flat)
-    return rows, ids
 
 
 class WriteTap:
@@ -70,7 +44,7 @@ class WriteTap:
         ids: list[np.ndarray] = []
         n = 0
         for batch in batches:
-            r, i = _pairs(batch, spec, n)
+            r, i = arrow_pairs(batch.column, spec.longs, spec.arrays, n)
             rows += r
             ids += i
             n += batch.num_rows
