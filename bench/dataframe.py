@@ -268,7 +268,8 @@ def traces(path: str, run_id: str, cp) -> None:
         fwd = []
         for sid in sources[:20]:
             t0 = time.perf_counter()
-            LineageRDD(repo, run_id, np.array([sid])).go_next_all()
+            # Hops are lazy: collect() is the trace (the outputs reached, from the journal).
+            LineageRDD(repo, run_id, np.array([sid])).go_next_all().collect()
             fwd.append(time.perf_counter() - t0)
         per_row = [len(LineageRDD(repo, run_id, np.array([r])).go_back_all()) for r in picks[:5]]
         report(
