@@ -304,3 +304,61 @@ def test_a_read_projects_its_ids_once_on_first_use(lc, spark, sales):
     assert sorted(q.lineage().go_back_all().collect()) == sorted(
         lines[r[0]] for r in rows if r[3] in (1, 2)
     )
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_few_big_groups_parents_match_brute_force(seed):
+    """An aggregate's few rows of one id array (TPC-H Q1's 4 groups) take `_few_lists`, a
+    sort per row: each row's distinct ids, sorted, as brute force gives them, over sorted
+    runs in shuffled order, repeats, empty and null lists, chunked and sliced Arrow data;
+    an array holding a null id takes the general path (the null gives no parent)."""
+    import numpy as np
+    import pyarrow as pa
+
+    from agent.dataframe import _columns
+    from agent.dataframe._columns import Lineage, arrow_parents
+
+    rng = np.random.default_rng(seed)
+    lin = Lineage((), ("__prov_a",))
+    took = []
+    few = _columns._few_lists
+
+    def spy(col):
+        took.append(len(col))
+        return few(col)
+
+    for trial in range(40):
+        n = int(rng.integers(1, 9))
+        lists: list = []
+        for _ in range(n + 2):  # two rows sliced off below
+            kind = rng.integers(0, 6)
+            if kind == 0:
+                lists.append(None)
+                continue
+            runs = [
+                np.sort(
+                    rng.integers(0, 1 << int(rng.integers(8, 62)), size=int(rng.integers(0, 50)))
+                )
+                for _ in range(int(rng.integers(0, 5)))
+            ]
+            ids = np.concatenate(runs) if runs else np.array([], dtype=np.int64)
+            if kind == 1 and len(ids):
+                ids = np.concatenate([ids, ids[: len(ids) // 2]])  # repeats
+            lists.append(ids.tolist())
+        if trial % 7 == 3:
+            lists[1] = [5, None, 5]
+        arr = pa.array(lists, type=pa.list_(pa.int64())).slice(1, n)
+        cut = int(rng.integers(0, n + 1))
+        table = pa.table({"k": pa.array(range(n)), "__prov_a": arr})
+        table = pa.concat_tables([table.slice(0, cut), table.slice(cut)])
+        expect = [sorted({v for v in (lst or []) if v is not None}) for lst in lists[1 : n + 1]]
+        took.clear()
+        _columns._few_lists = spy
+        try:
+            counts, ids = arrow_parents(table, lin)
+        finally:
+            _columns._few_lists = few
+        assert took == [n]
+        assert counts.tolist() == [len(e) for e in expect]
+        assert ids.tolist() == [v for e in expect for v in e]
+        assert ids.dtype == np.int64
