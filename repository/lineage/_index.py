@@ -483,10 +483,15 @@ class LineageIndex:
         cps, parts, poss = unpack_record_ids(arr)
         for cp, scan in scans.items():
             sel = cps == cp
-            for part in np.unique(parts[sel]).tolist():
-                m = sel & (parts == part)
-                data = self._scan_rows.data((run, cp), scan, part, poss[m])
-                out.update(zip(arr[m].tolist(), data))
+            masks = {part: sel & (parts == part) for part in np.unique(parts[sel]).tolist()}
+            if not masks:
+                continue
+            # All partitions at once: their row groups are read together, concurrently.
+            data = self._scan_rows.data_of_partitions(
+                (run, cp), scan, {part: poss[m] for part, m in masks.items()}
+            )
+            for part, m in masks.items():
+                out.update(zip(arr[m].tolist(), data[part]))
         return out
 
     def _location(self, run: str, record_id: int) -> Location | None:

@@ -32,6 +32,8 @@ import mmap
 import os
 import threading
 from collections import OrderedDict
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from itertools import repeat
 from typing import Any
 
@@ -43,6 +45,10 @@ _CACHE_BYTES = 256 * 1024 * 1024
 _JSON_SPACE = np.array([0x20, 0x09, 0x0A, 0x0D], dtype=np.uint8)
 # Bytes scanned per numpy pass when finding lines: bounds the temporaries.
 _CHUNK = 16 * 1024 * 1024
+# Row groups decoded at once by one trace: pyarrow releases the GIL while it decodes.
+_READERS = min(4, os.cpu_count() or 2)
+# Lines starting with a blank byte looked at one by one; more: one pass over the bytes.
+_FEW_LINES = 2048
 
 
 class SourceChanged(BadInput):
@@ -104,6 +110,21 @@ class ScanRows:
             for k, raw in zip(ks.tolist(), raws):
                 out[k] = (raw[:-1] if raw.endswith(b"\r") else raw).decode("utf-8", "replace")
         return out
+
+    def data_of_partitions(
+        self, key: Any, scan: dict, positions: Mapping[int, np.ndarray]
+    ) -> dict[int, list]:
+        """`data` of several partitions at once ({partition: positions}): a Parquet scan's
+        row groups they need are read together, concurrently, each only as far as its last
+        wanted row."""
+        self._check_files(key, scan)
+        if scan["format"] == "parquet":
+            wanted: dict[tuple[int, int], int] = {}
+            for part, pos in positions.items():
+                for fi, rg, _, local in _parquet_split(scan, part, np.asarray(pos, np.int64)):
+                    wanted[fi, rg] = max(wanted.get((fi, rg), 0), int(local.max()) + 1)
+            self._read_row_groups(key, scan, wanted)
+        return {part: self.data(key, scan, part, pos) for part, pos in positions.items()}
 
     def spans(self, key: Any, scan: dict, partition: int, positions: np.ndarray) -> list:
         """(file path, offset, length) of each line (None past the end); line formats only."""
@@ -172,10 +193,12 @@ class ScanRows:
             self._cache.move_to_end(ck)
             return hit[0]
 
-    def _put(self, ck: tuple, value: Any, nbytes: int) -> None:
+    def _put(self, ck: tuple, value: Any, nbytes: int, replace: bool = False) -> None:
         with self._lock:
             if ck in self._cache:
-                return
+                if not replace:
+                    return
+                self._bytes -= self._cache.pop(ck)[1]
             self._cache[ck] = (value, nbytes)
             self._bytes += nbytes
             while self._bytes > _CACHE_BYTES and len(self._cache) > 1:
@@ -202,22 +225,14 @@ class ScanRows:
     # -- parquet ---------------------------------------------------------------------------
 
     def _parquet_rows(self, key: Any, scan: dict, partition: int, positions: np.ndarray) -> list:
-        groups = _parquet_groups(scan, partition)
-        ends = np.cumsum([n for _, _, n in groups]) if groups else np.array([], dtype=np.int64)
         pos = np.asarray(positions, dtype=np.int64)
-        which = np.searchsorted(ends, pos, side="right")
         # Each row group's wanted rows taken in bulk, then every Row built at once: one
         # pyarrow conversion per column rather than a dict per row (0.3-0.6 M rows a group).
         order, pieces = [], []
-        for g in np.unique(which).tolist():
-            if g >= len(groups):
-                continue
-            fi, rg, n = groups[g]
-            ks = np.flatnonzero((which == g) & (pos >= 0))
-            if not len(ks):
-                continue
+        for fi, rg, ks, local in _parquet_split(scan, partition, pos):
             order.append(ks)
-            pieces.append(self._row_group(key, scan, fi, rg).take(pos[ks] - (int(ends[g]) - n)))
+            group = self._row_group(key, scan, fi, rg, int(local.max()) + 1)
+            pieces.append(_plain(group.take(local)))
         if not pieces:
             return [None] * len(pos)
         import pyarrow as pa
@@ -232,17 +247,96 @@ class ScanRows:
             out[k] = row
         return out
 
-    def _row_group(self, key: Any, scan: dict, fi: int, rg: int):
-        ck = (key, "rg", fi, rg)
-        hit = self._get(ck)
-        if hit is not None:
+    def _row_group(self, key: Any, scan: dict, fi: int, rg: int, rows: int) -> Any:
+        """Row group `rg` of file `fi`, at least its first `rows` rows (a cached prefix, or
+        read now)."""
+        hit = self._get((key, "rg", fi, rg))
+        if hit is not None and hit.num_rows >= rows:
             return hit
+        self._read_row_groups(key, scan, {(fi, rg): rows})
+        return self._get((key, "rg", fi, rg))
+
+    def _read_row_groups(self, key: Any, scan: dict, wanted: dict[tuple[int, int], int]) -> None:
+        """Reads the first `rows` rows of each (file, row group) not cached with as many,
+        concurrently (pyarrow decodes without the GIL), each file's footer parsed once."""
+        todo = []
+        for (fi, rg), rows in wanted.items():
+            hit = self._get((key, "rg", fi, rg))
+            if hit is None or hit.num_rows < rows:
+                todo.append((fi, rg, rows))
+        if not todo:
+            return
         import pyarrow.parquet as pq
 
+        footers = {fi: pq.read_metadata(scan["files"][fi][0]) for fi in {t[0] for t in todo}}
         columns = scan.get("columns")
-        table = pq.ParquetFile(scan["files"][fi][0]).read_row_group(rg, columns=columns)
-        self._put(ck, table, int(table.nbytes) + 64)
+        n_rows = {(fi, rg): n for fi, rg, n in _all_groups(scan)}
+
+        def read(t: tuple[int, int, int]) -> Any:
+            fi, rg, rows = t
+            md = footers[fi]
+            if rg >= md.num_row_groups or md.row_group(rg).num_rows != n_rows.get((fi, rg)):
+                raise SourceChanged(
+                    f"source file {scan['files'][fi][0]} changed since the run read it "
+                    "(its row groups differ): its rows cannot be re-read by position"
+                )
+            return _read_prefix(scan["files"][fi][0], md, rg, rows, columns, len(todo) == 1)
+
+        if len(todo) == 1:
+            tables = [read(todo[0])]
+        else:
+            workers = min(len(todo), _READERS)
+            with ThreadPoolExecutor(workers, thread_name_prefix="provrepo-parquet") as pool:
+                tables = list(pool.map(read, todo))
+        for (fi, rg, _), table in zip(todo, tables):
+            self._put((key, "rg", fi, rg), table, int(table.nbytes) + 64, replace=True)
+
+
+def _read_prefix(
+    path: str, md: Any, rg: int, rows: int, columns: list | None, use_threads: bool
+) -> Any:
+    """The first `rows` rows of row group `rg` (all of them if it has no more): decoding
+    stops there. String columns stored dictionary-encoded stay dictionary arrays (not
+    expanded to one string per row); `_plain` turns the few taken rows back."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    meta = md.row_group(rg)
+    schema = md.schema
+    dictionary = []
+    for i in range(meta.num_columns):
+        chunk = meta.column(i)
+        name = chunk.path_in_schema
+        if (
+            "." not in name  # top-level columns only: read_dictionary names leaf paths
+            and schema.column(i).physical_type == "BYTE_ARRAY"
+            and any("DICTIONARY" in e for e in chunk.encodings)
+            and (columns is None or name in columns)
+        ):
+            dictionary.append(name)
+    pf = pq.ParquetFile(path, metadata=md, read_dictionary=dictionary or None)
+    if rows >= meta.num_rows:
+        return pf.read_row_group(rg, columns=columns, use_threads=use_threads)
+    batches, got = [], 0
+    for batch in pf.iter_batches(
+        batch_size=rows, row_groups=[rg], columns=columns, use_threads=use_threads
+    ):
+        batches.append(batch)
+        got += batch.num_rows
+        if got >= rows:
+            break
+    return pa.Table.from_batches(batches)
+
+
+def _plain(table: Any) -> Any:
+    """`table` with its dictionary columns decoded to their value type."""
+    import pyarrow as pa
+
+    cols = table.columns
+    if not any(pa.types.is_dictionary(c.type) for c in cols):
         return table
+    plain = [c.cast(c.type.value_type) if pa.types.is_dictionary(c.type) else c for c in cols]
+    return pa.table(plain, names=table.column_names)
 
 
 def _rows(table: Any) -> list:
@@ -295,6 +389,34 @@ def _column_values(column: Any) -> list:
         text = pc.cast(column, pa.string()).to_pylist()
         return [None if v is None else Decimal(v) for v in text]
     return column.to_pylist()
+
+
+def _parquet_split(
+    scan: dict, partition: int, pos: np.ndarray
+) -> list[tuple[int, int, np.ndarray, np.ndarray]]:
+    """(file index, row group, indexes into `pos`, rows within the group) of each row group
+    holding some of a partition's positions; positions past its end are left out."""
+    groups = _parquet_groups(scan, partition)
+    ends = np.cumsum([n for _, _, n in groups]) if groups else np.array([], dtype=np.int64)
+    which = np.searchsorted(ends, pos, side="right")
+    out = []
+    for g in np.unique(which).tolist():
+        if g >= len(groups):
+            continue
+        fi, rg, n = groups[g]
+        ks = np.flatnonzero((which == g) & (pos >= 0))
+        if len(ks):
+            out.append((fi, rg, ks, pos[ks] - (int(ends[g]) - n)))
+    return out
+
+
+def _all_groups(scan: dict) -> list[tuple[int, int, int]]:
+    """(file index, row group, rows) of every row group the scan's files had."""
+    return [
+        (fi, rg, n)
+        for fi, groups in enumerate(scan["row_groups"])
+        for rg, (_, n) in enumerate(groups)
+    ]
 
 
 def _parquet_groups(scan: dict, partition: int) -> list[tuple[int, int, int]]:
@@ -353,12 +475,15 @@ def _piece_lines(path: str, start: int, length: int, size: int) -> tuple[np.ndar
         stop = mm.find(b"\n", end) if end < size else -1
         stop = size if stop < 0 else stop + 1
         buf = np.frombuffer(mm, dtype=np.uint8, count=stop - begin, offset=begin)
+        # memchr finds a piece without any "\r" (the usual case) far faster than numpy
+        # compares every byte: the CR checks below are then skipped.
+        any_cr = mm.find(b"\r", begin, stop) >= 0
         try:
             nls = [
                 np.flatnonzero(buf[i : i + _CHUNK] == 0x0A) + i for i in range(0, len(buf), _CHUNK)
             ]
             nl_pos = np.concatenate(nls) + begin if nls else empty
-            has_cr = buf.size and _has_bare_cr(buf)
+            has_cr = any_cr and buf.size and _has_bare_cr(buf)
         finally:
             del buf
     line_starts = np.concatenate(([begin], nl_pos + 1))
@@ -367,6 +492,8 @@ def _piece_lines(path: str, start: int, length: int, size: int) -> tuple[np.ndar
     line_starts, line_ends = line_starts[keep], line_ends[keep]
     if has_cr:
         raise _bare_cr(path)
+    if not any_cr:
+        return line_starts.astype(np.int64), line_ends.astype(np.int64)
     return line_starts.astype(np.int64), _strip_cr(path, line_starts, line_ends)
 
 
@@ -411,21 +538,9 @@ def _drop_lines(
     with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
         arr = np.frombuffer(mm, dtype=np.uint8)
         try:
-            lo, hi = int(starts[0]), int(ends[-1])
-            region = arr[lo:hi]
-            # CSV drops lines Java's trim() empties; JSON lines Jackson finds no token in.
-            content = region > 0x20 if fmt == "csv" else ~np.isin(region, _JSON_SPACE)
-            rel = starts - lo
             # Lines of zero length have no bytes: reduceat would report the next byte.
             nonempty = ends > starts
-            has = np.zeros(len(starts), dtype=bool)
-            if nonempty.any():
-                idx = rel[nonempty]
-                sums = np.logical_or.reduceat(content, idx) if len(region) else idx < 0
-                # reduceat spans [idx[k], idx[k+1]): the same as the line plus its terminator,
-                # which holds no content byte.
-                has[nonempty] = sums
-            keep = has
+            keep = _has_content(arr, fmt, starts, ends, nonempty)
             comment = opts.get("comment")
             if fmt == "csv" and comment:
                 c = ord(comment)
@@ -435,11 +550,41 @@ def _drop_lines(
             if fmt == "json":
                 _refuse_json_arrays(arr, starts[keep], ends[keep], path)
         finally:
-            del arr, region, content
+            del arr
     starts, ends = starts[keep], ends[keep]
     if fmt == "csv" and opts.get("header") and first_piece and len(starts):
         starts, ends = starts[1:], ends[1:]
     return starts, ends
+
+
+def _is_content(fmt: str, values: np.ndarray) -> np.ndarray:
+    # CSV drops lines Java's trim() empties; JSON lines Jackson finds no token in.
+    return values > 0x20 if fmt == "csv" else ~np.isin(values, _JSON_SPACE)
+
+
+def _has_content(
+    arr: np.ndarray, fmt: str, starts: np.ndarray, ends: np.ndarray, nonempty: np.ndarray
+) -> np.ndarray:
+    """Whether each line holds a byte that is not blank (CSV) / JSON whitespace."""
+    has = np.zeros(len(starts), dtype=bool)
+    if not nonempty.any():
+        return has
+    # A line whose first byte is content has content: only the rest need every byte looked
+    # at, so a piece costs a byte per line here rather than a pass over all its bytes.
+    has[nonempty] = _is_content(fmt, arr[starts[nonempty]])
+    rest = np.flatnonzero(nonempty & ~has)
+    if len(rest) <= _FEW_LINES:
+        for k in rest.tolist():
+            has[k] = bool(_is_content(fmt, arr[int(starts[k]) : int(ends[k])]).any())
+        return has
+    lo, hi = int(starts[0]), int(ends[-1])
+    region = arr[lo:hi]
+    content = _is_content(fmt, region)
+    idx = starts[nonempty] - lo
+    # reduceat spans [idx[k], idx[k+1]): the same as the line plus its terminator, which holds
+    # no content byte.
+    has[nonempty] = np.logical_or.reduceat(content, idx) if len(region) else idx < 0
+    return has
 
 
 def _refuse_json_arrays(arr: np.ndarray, starts: np.ndarray, ends: np.ndarray, path: str) -> None:
