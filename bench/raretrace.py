@@ -1,0 +1,188 @@
+"""Cold backward traces of rare output rows to their raw source rows, at two scale factors:
+the repository's read path against the previous one, measured in one run.
+
+    python bench/raretrace.py [--sfs 0.2,1.0] [--formats parquet,csv] [--query q10]
+                              [--rows 10] [--runs 5] [--keep DIR]
+
+TPC-H Q10 (DataFrame API; 20 output rows, each from ~20 source rows of lineitem, orders,
+customer and nation) is captured once per scale factor and format (data from bench/out/, as
+bench/dataframe.py makes it; --keep DIR keeps the repositories there and reuses them). Then,
+for each of --rows output rows, a cold trace: the repository opened read-only afresh (no
+cached footers, row groups or line tables), `go_back_all().collect()` timed, the repository
+closed. Two read paths alternate, each going first in turn, --runs rounds: "new" (the
+repository's: a trace's Parquet row groups read together, concurrently, each only up to its
+last wanted row, dictionary-encoded strings kept as dictionaries; CSV line tables built
+without a numpy pass per byte where memchr or one byte per line does) and "before" (the code
+at BEFORE_COMMIT, loaded from git: each partition in turn, every row group read whole).
+Both give the same rows (checked). Figures: p50 and p99 of all cold traces per path, and
+before / new. The files stay in the OS page cache between traces (both paths alike): "cold"
+is the repository's state, not the disk's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import pickle
+import shutil
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
+from _common import local_spark, median, percentile, report
+
+from agent import LineageContext, LineageRDD
+from repository import ProvenanceRepository, RepositoryConfig
+from repository.lineage import _index
+
+# The read path before this bench's changes, loaded from git as it was at that commit.
+BEFORE_COMMIT = "0e543ff"
+
+
+def load_before():
+    """The repository's `_scans` module at BEFORE_COMMIT, as a module of its own, its
+    `ScanRows` given the entry point `_index` calls now (one partition after another, as
+    `_scan_data` did)."""
+    import importlib.util
+    import subprocess
+
+    root = os.path.join(os.path.dirname(__file__), "..")
+    text = subprocess.run(
+        ["git", "-C", root, "show", f"{BEFORE_COMMIT}:repository/lineage/_scans.py"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    path = os.path.join(tempfile.mkdtemp(prefix="bench-raretrace-code-"), "_scans_before.py")
+    with open(path, "w") as f:
+        f.write(text)
+    spec = importlib.util.spec_from_file_location("repository.lineage._scans_before", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+
+    class Before(mod.ScanRows):
+        def data_of_partitions(self, key, scan, positions):
+            return {part: self.data(key, scan, part, pos) for part, pos in positions.items()}
+
+    return Before
+
+
+PATHS = {"new": _index.ScanRows}
+
+
+def use(name: str) -> None:
+    """Repositories opened from now on read source rows the `name` way."""
+    _index.ScanRows = PATHS[name]
+
+
+def capture(spark, path: str, folder: str, fmt: str, query: str) -> tuple[str, int]:
+    """The query captured into a repository at `path` (reused if --keep left one there)."""
+    import _tpch
+
+    meta = path + ".meta"
+    if os.path.exists(meta):
+        with open(meta, "rb") as f:
+            return pickle.load(f)
+    with ProvenanceRepository.open(path, RepositoryConfig(sync="none")) as repo:
+        lc = LineageContext(spark, repo)
+        q = _tpch.QUERIES[int(query[1:])](_tpch.read(lc.read, folder, fmt))
+        q.collect()
+        repo.rollover()
+        out = (lc.run_id, q.last_output.number)
+    with open(meta, "wb") as f:
+        pickle.dump(out, f)
+    return out
+
+
+def cold_trace(path: str, run_id: str, rid: int) -> tuple[float, list]:
+    with ProvenanceRepository.open(path, read_only=True) as repo:
+        t0 = time.perf_counter()
+        rows = LineageRDD(repo, run_id, np.array([rid])).go_back_all().collect()
+        return time.perf_counter() - t0, rows
+
+
+def measure(path: str, run_id: str, cp: int, rows: int, runs: int) -> None:
+    with ProvenanceRepository.open(path, read_only=True) as repo:
+        picks = repo.lineage.all_records(run_id, cp)[:rows].tolist()
+    times: dict[str, list[float]] = {"new": [], "before": []}
+    got: dict[str, list] = {"new": [], "before": []}
+    for run in range(runs):
+        for name in ["new", "before"] if run % 2 == 0 else ["before", "new"]:
+            use(name)
+            for rid in picks:
+                seconds, rows = cold_trace(path, run_id, rid)
+                times[name].append(seconds)
+                if run == 0:
+                    got[name].append(rows)
+    if got["new"] != got["before"]:
+        raise AssertionError("the two read paths gave different rows")
+    sizes = [len(rows) for rows in got["new"]]
+    use("new")
+    new, old = median(times["new"]), median(times["before"])
+    report(
+        "cold backward trace, p50 (new)",
+        1000 * new,
+        "ms",
+        "goal <= 100 ms",
+        f"p99 {1000 * percentile(times['new'], 99):.0f} ms",
+    )
+    report(
+        "cold backward trace, p50 (before)",
+        1000 * old,
+        "ms",
+        f"before / new {old / new:.2f}x",
+        f"p99 {1000 * percentile(times['before'], 99):.0f} ms",
+    )
+    print(f"    (source rows per traced output: {sizes})", flush=True)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--sfs", default="0.2,1.0")
+    p.add_argument("--formats", default="parquet,csv")
+    p.add_argument("--query", default="q10")
+    p.add_argument("--rows", type=int, default=10, help="output rows traced (cold) per round")
+    p.add_argument("--runs", type=int, default=5)
+    p.add_argument("--keep", default="", help="keep (and reuse) the captured repositories here")
+    args = p.parse_args()
+    if args.runs < 3:
+        p.error("--runs must be at least 3")
+    PATHS["before"] = load_before()
+    work = args.keep or tempfile.mkdtemp(prefix="bench-raretrace-")
+    os.makedirs(work, exist_ok=True)
+    try:
+        todo = []
+        spark = None
+        for sf in args.sfs.split(","):
+            for fmt in args.formats.split(","):
+                folder = os.path.join(os.path.dirname(__file__), "out", f"tpch-sf{sf}", fmt)
+                if not os.path.exists(os.path.join(folder, f"lineitem.{fmt}")):
+                    raise SystemExit(f"no TPC-H data in {folder}: run bench/dataframe.py --sf {sf}")
+                path = os.path.join(work, f"repo-{sf}-{fmt}-{args.query}")
+                if spark is None and not os.path.exists(path + ".meta"):
+                    spark = local_spark("bench-raretrace", memory="2g")
+                    spark.conf.set("spark.sql.shuffle.partitions", "8")
+                todo.append((sf, fmt, path, *capture(spark, path, folder, fmt, args.query)))
+        if spark is not None:
+            spark.stop()  # traces need no JVM
+        load = os.getloadavg()
+        print(
+            f"bench/raretrace.py: TPC-H {args.query}, {args.rows} cold traces x {args.runs} "
+            f"interleaved rounds, load {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}",
+            flush=True,
+        )
+        for sf, fmt, path, run_id, cp in todo:
+            print(f"SF {sf} {fmt}:", flush=True)
+            measure(path, run_id, cp, args.rows, args.runs)
+    finally:
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
