@@ -18,7 +18,8 @@ from pyspark.sql import Row
 from pyspark.sql import functions as F
 
 from agent.dataframe._scan import ScanFile, parquet_row_groups, plan_scan
-from repository.lineage._scans import ScanRows
+from repository import BadInput
+from repository.lineage._scans import ScanRows, SourceChanged
 
 
 def _table(n: int) -> pa.Table:
@@ -162,3 +163,138 @@ def test_csv_lines_at_positions_equal_the_files_lines(tmp_path):
     ):
         got = ScanRows().data(("run", 1), scan, 0, np.array(positions, dtype=np.int64))
         assert got == [lines[p] if 0 <= p < n else None for p in positions]
+
+
+def _parquet_scan(paths: list[str], parts: list[list[int]]) -> dict:
+    """A scan plan of whole Parquet files, `parts[p]` the file indexes of partition p."""
+    files = [ScanFile(p, os.stat(p).st_size, os.stat(p).st_mtime_ns) for p in paths]
+    return {
+        "format": "parquet",
+        "files": [[f.path, f.size, f.mtime_ns] for f in files],
+        "partitions": [[[fi, 0, files[fi].size] for fi in part] for part in parts],
+        "row_groups": parquet_row_groups(files),
+    }
+
+
+def test_rows_of_several_partitions_and_files_read_together(tmp_path):
+    """`data_of_partitions` (one trace's rows of several partitions, row groups read
+    concurrently and only up to their last wanted row) gives each partition's rows as
+    `data` does alone and as pyarrow reads them: rows spread over row groups of three files,
+    dictionary-encoded strings in some row groups and not in others, then rows further into
+    row groups already read in part."""
+    n = 2400
+    table = _table(n)
+    paths = [str(tmp_path / f"{k}.parquet") for k in range(3)]
+    pq.write_table(table.slice(0, 1000), paths[0], row_group_size=300)
+    pq.write_table(table.slice(1000, 900), paths[1], row_group_size=200, use_dictionary=False)
+    # A tiny dictionary page limit: row groups fall back from dictionary to plain pages.
+    pq.write_table(table.slice(1900), paths[2], row_group_size=128, dictionary_pagesize_limit=40)
+    scan = _parquet_scan(paths, [[0], [1, 2]])
+    offsets = [0, 1000]  # each partition's first row in `table`
+    rng = np.random.default_rng(11)
+    asks = [
+        {0: [5, 301, 650, 2], 1: [0, 899, 1200, 450, 1400]},  # early rows of each group
+        {0: [299, 999, 998, 3], 1: [199, 1399, 1000, 1001, 0]},  # the groups' last rows
+        {0: rng.integers(0, 1000, 50).tolist(), 1: [*rng.integers(0, 1400, 80).tolist(), 1400]},
+    ]
+    rows = ScanRows()  # one cache across the asks: prefixes read first are extended later
+    for ask in asks:
+        got = rows.data_of_partitions(
+            ("run", 1), scan, {p: np.array(v, dtype=np.int64) for p, v in ask.items()}
+        )
+        for part, positions in ask.items():
+            want = _want(table.slice(offsets[part]), positions)
+            want = [w if p < (1000, 1400)[part] else None for w, p in zip(want, positions)]
+            assert got[part] == want, (part, positions)
+            assert [repr(g) for g in got[part]] == [repr(w) for w in want]
+            alone = ScanRows().data(("run", 1), scan, part, np.array(positions, dtype=np.int64))
+            assert alone == want
+    # One partition at a time on one cache: a group's prefix read for row 5 is read further
+    # for row 290, and for the last rows of every group.
+    rows = ScanRows()
+    for positions in ([5], [290], [5, 290], [299, 599, 899, 999]):
+        got = rows.data(("run", 1), scan, 0, np.array(positions, dtype=np.int64))
+        assert got == _want(table, positions), positions
+
+
+def test_a_changed_parquet_file_is_refused(tmp_path):
+    """Rows of a file rewritten since the run read it are refused (SourceChanged), whether
+    its size or mtime tell (checked once per scan) or only its row groups do (the file was
+    rewritten with the same size and mtime)."""
+    table = _table(900)
+    path = str(tmp_path / "t.parquet")
+    pq.write_table(table, path, row_group_size=300)
+    scan = _parquet_scan([path], [[0]])
+    st = os.stat(path)
+    pq.write_table(table.slice(0, 850), path, row_group_size=300)
+    with pytest.raises(SourceChanged, match="changed since the run read it"):
+        ScanRows().data(("run", 1), scan, 0, np.array([5]))
+    # Rewritten keeping the size and mtime the run saw (the plan made to say so): the row
+    # groups differ, and the footer tells.
+    pq.write_table(table, path, row_group_size=250)
+    st = os.stat(path)
+    scan["files"][0][1:] = [st.st_size, st.st_mtime_ns]
+    with pytest.raises(SourceChanged, match="row groups differ"):
+        ScanRows().data_of_partitions(("run", 1), scan, {0: np.array([5, 700])})
+    # Cut short in place, the same size and mtime again: no footer to read.
+    with open(path, "r+b") as f:
+        f.seek(st.st_size - 8)
+        f.write(b"\0" * 8)
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    with pytest.raises(SourceChanged, match="cannot be read as Parquet"):
+        ScanRows().data(("run", 1), scan, 0, np.array([5]))
+    os.remove(path)
+    with pytest.raises(SourceChanged, match="is gone"):
+        ScanRows().data(("run", 2), scan, 0, np.array([5]))
+
+
+@pytest.mark.parametrize("blank_lines", [0.001, 1.0])
+def test_csv_blank_comment_and_header_lines_are_not_rows(tmp_path, blank_lines):
+    """CSV pieces with a header, empty and whitespace-only lines (few, and more than are
+    looked at one by one), comment lines, lines starting with spaces that hold data, with
+    and without CR: rows at positions are the data lines, in every piece of the split."""
+    rng = np.random.default_rng(int(blank_lines * 1000))
+    data, body = [], ["k,v"]
+    for i in range(9000):
+        if rng.random() < blank_lines:
+            body.append(rng.choice(["", " ", "\t ", "  \t"]))
+        if i % 97 == 0:
+            body.append("#note")
+        line = f"  {i},x{i}" if i % 7 == 0 else f"{i},y{'z' * (i % 4)}"
+        body.append(line)
+        data.append(line)
+    for name, eol in (("lf.csv", "\n"), ("crlf.csv", "\r\n")):
+        path = tmp_path / name
+        path.write_bytes((eol.join(body) + eol).encode())
+        st = os.stat(path)
+        step = st.st_size // 3 + 1
+        scan = {
+            "format": "csv",
+            "files": [[str(path), st.st_size, st.st_mtime_ns]],
+            "partitions": [[[0, a, min(step, st.st_size - a)]] for a in range(0, st.st_size, step)],
+            "options": {"header": True, "comment": "#"},
+        }
+        rows = ScanRows()
+        got, spans = [], []
+        for part in range(len(scan["partitions"])):
+            count = rows.count(("run", 1), scan, part)
+            got += rows.data(("run", 1), scan, part, np.arange(count))
+            spans += rows.spans(("run", 1), scan, part, np.arange(count))
+        assert got == data, name
+        raw = path.read_bytes()
+        assert [raw[o : o + n].decode() for _, o, n in spans] == data, name
+
+
+def test_csv_line_with_a_bare_carriage_return_is_refused(tmp_path):
+    """A line ending in a lone "\r" cannot be located by position: refused, not misread."""
+    path = tmp_path / "cr.csv"
+    path.write_bytes(b"k,v\n1,a\n2,b\r3,c\n4,d\n")
+    st = os.stat(path)
+    scan = {
+        "format": "csv",
+        "files": [[str(path), st.st_size, st.st_mtime_ns]],
+        "partitions": [[[0, 0, st.st_size]]],
+        "options": {"header": True},
+    }
+    with pytest.raises(BadInput, match="bare carriage return"):
+        ScanRows().data(("run", 1), scan, 0, np.array([0]))

@@ -266,9 +266,8 @@ class ScanRows:
                 todo.append((fi, rg, rows))
         if not todo:
             return
-        import pyarrow.parquet as pq
 
-        footers = {fi: pq.read_metadata(scan["files"][fi][0]) for fi in {t[0] for t in todo}}
+        footers = {fi: _footer(scan["files"][fi][0]) for fi in {t[0] for t in todo}}
         columns = scan.get("columns")
         n_rows = {(fi, rg): n for fi, rg, n in _all_groups(scan)}
 
@@ -290,6 +289,19 @@ class ScanRows:
                 tables = list(pool.map(read, todo))
         for (fi, rg, _), table in zip(todo, tables):
             self._put((key, "rg", fi, rg), table, int(table.nbytes) + 64, replace=True)
+
+
+def _footer(path: str) -> Any:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        return pq.read_metadata(path)
+    except (OSError, pa.ArrowException) as e:
+        raise SourceChanged(
+            f"source file {path} cannot be read as Parquet any more ({e}): its rows cannot be "
+            "re-read by position"
+        ) from None
 
 
 def _read_prefix(
