@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime
 import decimal
 import os
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -19,6 +20,7 @@ from pyspark.sql import functions as F
 
 from agent.dataframe._scan import ScanFile, parquet_row_groups, plan_scan
 from repository import BadInput
+from repository.lineage import _scans
 from repository.lineage._scans import ScanRows, SourceChanged
 
 
@@ -298,3 +300,52 @@ def test_csv_line_with_a_bare_carriage_return_is_refused(tmp_path):
     }
     with pytest.raises(BadInput, match="bare carriage return"):
         ScanRows().data(("run", 1), scan, 0, np.array([0]))
+
+
+@pytest.mark.parametrize("eol", ["\n", "\r\n"])
+def test_csv_rows_found_scanning_only_the_lines_before_them(tmp_path, monkeypatch, eol):
+    """A row is found by scanning a partition's lines up to it only (in steps, made tiny
+    here): early rows first, then rows further on, on one cache, give the data lines, across
+    header, blank and comment lines and two files in a partition; a step boundary in
+    the middle of a line, a CR or a run of dropped lines changes nothing."""
+    monkeypatch.setattr(_scans, "_STEP", 37)
+    rng = np.random.default_rng(len(eol))
+    files, pieces, data = [], [], []
+    for fi in range(2):
+        body = ["k,v"]
+        for i in range(300):
+            if rng.random() < 0.2:
+                body.extend([""] * int(rng.integers(1, 90)) + ["  ", "#c"])  # > a step of drops
+            line = f"{fi}-{i}," + "w" * int(rng.integers(0, 30))
+            body.append(line)
+            data.append(line)
+        path = tmp_path / f"{fi}.csv"
+        path.write_bytes((eol.join(body) + eol).encode())
+        st = os.stat(path)
+        files.append([str(path), st.st_size, st.st_mtime_ns])
+        pieces.append([fi, 0, st.st_size])
+    scan = {
+        "format": "csv",
+        "files": files,
+        "partitions": [pieces],
+        "options": {"header": True, "comment": "#"},
+    }
+    n = len(data)
+    rows = ScanRows()
+    for positions in ([0], [2], [1, 40], [299], [300, 5], [*rng.integers(0, n, 30).tolist()], [n]):
+        got = rows.data(("run", 1), scan, 0, np.array(positions, dtype=np.int64))
+        assert got == [data[p] if p < n else None for p in positions], positions
+    assert rows.count(("run", 1), scan, 0) == n
+    fresh = ScanRows()
+    assert fresh.data(("run", 1), scan, 0, np.array([n - 1, n, n + 3])) == [data[-1], None, None]
+    spans = fresh.spans(("run", 1), scan, 0, np.arange(n))
+    full = fresh.lines(("run", 1), scan, 0)
+    assert full.complete and len(full.starts) == n
+    for need in (1, 5, 150, 301):  # a partial table is the whole one's first rows, exactly
+        part = ScanRows().lines(("run", 1), scan, 0, need)
+        assert not part.complete and need <= len(part.starts) < n
+        k = len(part.starts)
+        assert (part.starts == full.starts[:k]).all() and (part.ends == full.ends[:k]).all()
+        assert (part.file == full.file[:k]).all()
+    texts = {f[0]: Path(f[0]).read_bytes() for f in files}
+    assert [texts[p][o : o + k].decode() for p, o, k in spans] == data

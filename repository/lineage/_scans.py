@@ -45,6 +45,8 @@ _CACHE_BYTES = 256 * 1024 * 1024
 _JSON_SPACE = np.array([0x20, 0x09, 0x0A, 0x0D], dtype=np.uint8)
 # Bytes scanned per numpy pass when finding lines: bounds the temporaries.
 _CHUNK = 16 * 1024 * 1024
+# The same, when only a partition's first lines are wanted: finer, to stop sooner.
+_STEP = 2 * 1024 * 1024
 # Row groups decoded at once by one trace: pyarrow releases the GIL while it decodes.
 _READERS = min(4, os.cpu_count() or 2)
 # Lines starting with a blank byte looked at one by one; more: one pass over the bytes.
@@ -65,12 +67,14 @@ def scan_of(cp_descriptor: dict | None) -> dict | None:
 
 class _Lines:
     """One partition's rows of a line format: file index, start and end byte of each line
-    (end excludes the terminator)."""
+    (end excludes the terminator); `complete` False when only its first rows are here."""
 
-    __slots__ = ("ends", "file", "nbytes", "starts")
+    __slots__ = ("complete", "ends", "file", "nbytes", "starts")
 
-    def __init__(self, file: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> None:
-        self.file, self.starts, self.ends = file, starts, ends
+    def __init__(
+        self, file: np.ndarray, starts: np.ndarray, ends: np.ndarray, complete: bool = True
+    ) -> None:
+        self.file, self.starts, self.ends, self.complete = file, starts, ends, complete
         self.nbytes = file.nbytes + starts.nbytes + ends.nbytes + 64
 
 
@@ -91,8 +95,9 @@ class ScanRows:
         self._check_files(key, scan)
         if scan["format"] == "parquet":
             return self._parquet_rows(key, scan, partition, positions)
-        lines = self.lines(key, scan, partition)
         pos = np.asarray(positions, dtype=np.int64)
+        # Only as far as the last row asked for: rare rows need not scan the whole partition.
+        lines = self.lines(key, scan, partition, int(pos.max()) + 1 if len(pos) else 0)
         ok = np.flatnonzero((pos >= 0) & (pos < len(lines.starts)))
         out: list = [None] * len(pos)
         which = lines.file[pos[ok]]
@@ -177,12 +182,13 @@ class ScanRows:
 
     # -- lines -----------------------------------------------------------------------------
 
-    def lines(self, key: Any, scan: dict, partition: int) -> _Lines:
+    def lines(self, key: Any, scan: dict, partition: int, need: int | None = None) -> _Lines:
+        """A partition's line table: whole, or holding at least its first `need` rows."""
         ck = (key, "lines", partition)
         hit = self._get(ck)
-        if hit is None:
-            hit = _partition_lines(scan, partition)
-            self._put(ck, hit, hit.nbytes)
+        if hit is None or not (hit.complete or (need is not None and len(hit.starts) >= need)):
+            hit = _partition_lines(scan, partition, need)
+            self._put(ck, hit, hit.nbytes, replace=True)
         return hit
 
     def _get(self, ck: tuple) -> Any:
@@ -450,63 +456,95 @@ def _next_line_start(path: str, end: int) -> int:
     return end + 2 if tail.startswith(b"\r\n") else end + 1
 
 
-def _partition_lines(scan: dict, partition: int) -> _Lines:
+def _partition_lines(scan: dict, partition: int, need: int | None = None) -> _Lines:
+    """A partition's line table: all of it, or (given `need`) at least its first `need`
+    rows, `complete` saying whether that is all."""
     fmt = scan["format"]
     files, starts, ends = [], [], []
+    got, complete = 0, True
     for fi, start, length in scan["partitions"][partition]:
+        if need is not None and got >= need:
+            complete = False
+            break
         path = scan["files"][fi][0]
-        s, e = _piece_lines(path, start, length, scan["files"][fi][1])
-        if fmt in ("csv", "json") and len(s):
-            s, e = _drop_lines(scan, path, s, e, first_piece=start == 0)
+        raw = None if need is None else need - got + 64
+        while True:
+            s, e, whole = _piece_lines(path, start, length, scan["files"][fi][1], raw)
+            if fmt in ("csv", "json") and len(s):
+                s, e = _drop_lines(scan, path, s, e, first_piece=start == 0)
+            if whole or raw is None or need is None or got + len(s) >= need:
+                break
+            raw *= 2  # blank, comment or header lines dropped: scan further
         files.append(np.full(len(s), fi, dtype=np.int32))
         starts.append(s)
         ends.append(e)
+        got += len(s)
+        if not whole:  # the piece's later lines are not known: nor are later pieces' rows
+            complete = False
+            break
     if not starts:
         empty = np.array([], dtype=np.int64)
-        return _Lines(np.array([], dtype=np.int32), empty, empty)
-    return _Lines(np.concatenate(files), np.concatenate(starts), np.concatenate(ends))
+        return _Lines(np.array([], dtype=np.int32), empty, empty, complete)
+    return _Lines(np.concatenate(files), np.concatenate(starts), np.concatenate(ends), complete)
 
 
-def _piece_lines(path: str, start: int, length: int, size: int) -> tuple[np.ndarray, np.ndarray]:
-    """Start and end (terminator excluded) of every line a piece owns."""
+def _piece_lines(
+    path: str, start: int, length: int, size: int, max_lines: int | None = None
+) -> tuple[np.ndarray, np.ndarray, bool]:
+    """Start and end (terminator excluded) of every line a piece owns, and True; or, given
+    `max_lines`, of its first lines (at least that many) and whether they are all it owns."""
     empty = np.array([], dtype=np.int64)
     if size == 0:
-        return empty, empty
+        return empty, empty, True
     end = start + length
     with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
         if start > 0:
             nl = mm.find(b"\n", start)
             if nl < 0:
-                return empty, empty
+                return empty, empty, True
             begin = nl + 1
         else:
             begin = 0
         if begin > end or begin >= size:
-            return empty, empty
+            return empty, empty, True
         # Newlines from `begin` through the one ending the last line that starts <= end.
         stop = mm.find(b"\n", end) if end < size else -1
         stop = size if stop < 0 else stop + 1
         buf = np.frombuffer(mm, dtype=np.uint8, count=stop - begin, offset=begin)
-        # memchr finds a piece without any "\r" (the usual case) far faster than numpy
-        # compares every byte: the CR checks below are then skipped.
-        any_cr = mm.find(b"\r", begin, stop) >= 0
+        # A rare row needs the lines up to it only: then the piece is scanned in smaller
+        # steps, stopping at the step that holds enough lines.
+        step = _CHUNK if max_lines is None else _STEP
+        nls: list[np.ndarray] = []
+        found, whole = 0, True
         try:
-            nls = [
-                np.flatnonzero(buf[i : i + _CHUNK] == 0x0A) + i for i in range(0, len(buf), _CHUNK)
-            ]
+            for i in range(0, len(buf), step):
+                nls.append(np.flatnonzero(buf[i : i + step] == 0x0A) + i)
+                found += len(nls[-1])
+                if max_lines is not None and found >= max_lines and i + step < len(buf):
+                    whole = False
+                    break
             nl_pos = np.concatenate(nls) + begin if nls else empty
-            has_cr = any_cr and buf.size and _has_bare_cr(buf)
+            if not whole:  # complete lines only: up to the last newline found
+                stop = int(nl_pos[-1]) + 1
+            # memchr finds a piece without any "\r" (the usual case) far faster than numpy
+            # compares every byte: the CR checks below are then skipped.
+            any_cr = mm.find(b"\r", begin, stop) >= 0
+            has_cr = any_cr and stop > begin and _has_bare_cr(buf[: stop - begin])
         finally:
             del buf
-    line_starts = np.concatenate(([begin], nl_pos + 1))
-    line_ends = np.concatenate((nl_pos, [size]))  # the last may have no terminator
+    if whole:
+        line_starts = np.concatenate(([begin], nl_pos + 1))
+        line_ends = np.concatenate((nl_pos, [size]))  # the last may have no terminator
+    else:
+        line_starts = np.concatenate(([begin], nl_pos[:-1] + 1))
+        line_ends = nl_pos
     keep = (line_starts <= end) & (line_starts < size)
     line_starts, line_ends = line_starts[keep], line_ends[keep]
     if has_cr:
         raise _bare_cr(path)
     if not any_cr:
-        return line_starts.astype(np.int64), line_ends.astype(np.int64)
-    return line_starts.astype(np.int64), _strip_cr(path, line_starts, line_ends)
+        return line_starts.astype(np.int64), line_ends.astype(np.int64), whole
+    return line_starts.astype(np.int64), _strip_cr(path, line_starts, line_ends), whole
 
 
 def _has_bare_cr(buf: np.ndarray) -> bool:
