@@ -49,6 +49,8 @@ _CHUNK = 16 * 1024 * 1024
 _STEP = 2 * 1024 * 1024
 # Row groups decoded at once by one trace: pyarrow releases the GIL while it decodes.
 _READERS = min(4, os.cpu_count() or 2)
+# At most this many row groups are read together for one trace (each up to ~20 MB decoded).
+_PREFETCH = 8
 # Lines starting with a blank byte looked at one by one; more: one pass over the bytes.
 _FEW_LINES = 2048
 
@@ -120,15 +122,18 @@ class ScanRows:
         self, key: Any, scan: dict, positions: Mapping[int, np.ndarray]
     ) -> dict[int, list]:
         """`data` of several partitions at once ({partition: positions}): a Parquet scan's
-        row groups they need are read together, concurrently, each only as far as its last
-        wanted row."""
+        row groups they need (when few: a rare row's) are read together, concurrently, each only
+        as far as its last wanted row."""
         self._check_files(key, scan)
         if scan["format"] == "parquet":
             wanted: dict[tuple[int, int], int] = {}
             for part, pos in positions.items():
                 for fi, rg, _, local in _parquet_split(scan, part, np.asarray(pos, np.int64)):
                     wanted[fi, rg] = max(wanted.get((fi, rg), 0), int(local.max()) + 1)
-            self._read_row_groups(key, scan, wanted)
+            # A rare row's few row groups at once; a big group's many are read one at a time
+            # as `data` reaches them (all held at once, they would outgrow the cache).
+            if len(wanted) <= _PREFETCH:
+                self._read_row_groups(key, scan, wanted)
         return {part: self.data(key, scan, part, pos) for part, pos in positions.items()}
 
     def spans(self, key: Any, scan: dict, partition: int, positions: np.ndarray) -> list:
