@@ -341,7 +341,14 @@ def test_csv_rows_found_scanning_only_the_lines_before_them(tmp_path, monkeypatc
     spans = fresh.spans(("run", 1), scan, 0, np.arange(n))
     full = fresh.lines(("run", 1), scan, 0)
     assert full.complete and len(full.starts) == n
-    for need in (1, 5, 150, 301):  # a partial table is the whole one's first rows, exactly
+    growing = ScanRows()  # partial tables extended step by step, as batches of a big group
+    for need in (1, 5, 150, 301, 302, 450, n):  # are the whole one's first rows, exactly
+        part = growing.lines(("run", 1), scan, 0, need)
+        k = len(part.starts)
+        assert need <= k and part.complete == (k == n)
+        assert (part.starts == full.starts[:k]).all() and (part.ends == full.ends[:k]).all()
+        assert (part.file == full.file[:k]).all()
+    for need in (1, 5, 150, 301):
         part = ScanRows().lines(("run", 1), scan, 0, need)
         assert not part.complete and need <= len(part.starts) < n
         k = len(part.starts)

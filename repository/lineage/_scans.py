@@ -18,8 +18,12 @@ into its line (CSV, JSON lines, text: byte offsets, as for `textFile`) or its Pa
   `filterFileMetaDataByMidpoint`), every row of each (the agent turns filter pushdown off
   under its ids, so no row group is skipped).
 
-Lines are found with numpy over a read-only map of the file; a partition's line table is
-cached (bounded in bytes), so a trace after the first one into a partition costs lookups.
+Lines are found with numpy over a read-only map of the file, only as far as the last row a
+trace asks for; a partition's line table (or its first rows) is cached (bounded in bytes) and
+extended when a later trace asks further. A rare row's Parquet row groups (a handful across
+partitions) are read together on threads, each decoded only up to its last wanted row, its
+dictionary-encoded strings kept as dictionaries until the wanted rows are taken; each file's
+footer is parsed once per read and must still list the row groups the run read.
 A big group's trace asks for 0.3-0.6 M rows at once: lines are sliced per file in offset order
 from numpy arrays, and Parquet rows become pyspark Rows in bulk (one conversion per column,
 not a dict per row).
@@ -71,12 +75,21 @@ class _Lines:
     """One partition's rows of a line format: file index, start and end byte of each line
     (end excludes the terminator); `complete` False when only its first rows are here."""
 
-    __slots__ = ("complete", "ends", "file", "nbytes", "starts")
+    __slots__ = ("complete", "ends", "file", "nbytes", "piece", "resume", "starts")
 
     def __init__(
-        self, file: np.ndarray, starts: np.ndarray, ends: np.ndarray, complete: bool = True
+        self,
+        file: np.ndarray,
+        starts: np.ndarray,
+        ends: np.ndarray,
+        complete: bool = True,
+        piece: int = 0,
+        resume: int | None = None,
     ) -> None:
         self.file, self.starts, self.ends, self.complete = file, starts, ends, complete
+        # Where a partial table goes on: the piece, and the byte to scan on from (None: the
+        # piece's own start).
+        self.piece, self.resume = piece, resume
         self.nbytes = file.nbytes + starts.nbytes + ends.nbytes + 64
 
 
@@ -192,7 +205,7 @@ class ScanRows:
         ck = (key, "lines", partition)
         hit = self._get(ck)
         if hit is None or not (hit.complete or (need is not None and len(hit.starts) >= need)):
-            hit = _partition_lines(scan, partition, need)
+            hit = _partition_lines(scan, partition, need, hit)
             self._put(ck, hit, hit.nbytes, replace=True)
         return hit
 
@@ -461,57 +474,78 @@ def _next_line_start(path: str, end: int) -> int:
     return end + 2 if tail.startswith(b"\r\n") else end + 1
 
 
-def _partition_lines(scan: dict, partition: int, need: int | None = None) -> _Lines:
+def _partition_lines(
+    scan: dict, partition: int, need: int | None = None, prev: _Lines | None = None
+) -> _Lines:
     """A partition's line table: all of it, or (given `need`) at least its first `need`
-    rows, `complete` saying whether that is all."""
+    rows, `complete` saying whether that is all; a partial `prev` is extended, not redone
+    (a big group's rows are asked for in batches, each reaching further)."""
     fmt = scan["format"]
+    pieces = scan["partitions"][partition]
     files, starts, ends = [], [], []
-    got, complete = 0, True
-    for fi, start, length in scan["partitions"][partition]:
+    got, first, resume = 0, 0, None
+    if prev is not None and not prev.complete:
+        files, starts, ends = [prev.file], [prev.starts], [prev.ends]
+        got, first, resume = len(prev.starts), prev.piece, prev.resume
+    complete, piece, at = True, 0, None
+    for j in range(first, len(pieces)):
         if need is not None and got >= need:
-            complete = False
+            complete, piece, at = False, j, (resume if j == first else None)
             break
+        fi, start, length = pieces[j]
         path = scan["files"][fi][0]
+        begin = resume if j == first else None
         raw = None if need is None else need - got + 64
         while True:
-            s, e, whole = _piece_lines(path, start, length, scan["files"][fi][1], raw)
+            s, e, stop = _piece_lines(path, start, length, scan["files"][fi][1], raw, begin)
             if fmt in ("csv", "json") and len(s):
-                s, e = _drop_lines(scan, path, s, e, first_piece=start == 0)
-            if whole or raw is None or need is None or got + len(s) >= need:
+                s, e = _drop_lines(scan, path, s, e, first_piece=start == 0 and begin is None)
+            if stop is None or raw is None or need is None or got + len(s) >= need:
                 break
             raw *= 2  # blank, comment or header lines dropped: scan further
         files.append(np.full(len(s), fi, dtype=np.int32))
         starts.append(s)
         ends.append(e)
         got += len(s)
-        if not whole:  # the piece's later lines are not known: nor are later pieces' rows
-            complete = False
+        if stop is not None:  # the piece's later lines are not known: nor are later pieces'
+            complete, piece, at = False, j, stop
             break
     if not starts:
         empty = np.array([], dtype=np.int64)
-        return _Lines(np.array([], dtype=np.int32), empty, empty, complete)
-    return _Lines(np.concatenate(files), np.concatenate(starts), np.concatenate(ends), complete)
+        return _Lines(np.array([], dtype=np.int32), empty, empty, complete, piece, at)
+    return _Lines(
+        np.concatenate(files), np.concatenate(starts), np.concatenate(ends), complete, piece, at
+    )
 
 
 def _piece_lines(
-    path: str, start: int, length: int, size: int, max_lines: int | None = None
-) -> tuple[np.ndarray, np.ndarray, bool]:
-    """Start and end (terminator excluded) of every line a piece owns, and True; or, given
-    `max_lines`, of its first lines (at least that many) and whether they are all it owns."""
+    path: str,
+    start: int,
+    length: int,
+    size: int,
+    max_lines: int | None = None,
+    begin_at: int | None = None,
+) -> tuple[np.ndarray, np.ndarray, int | None]:
+    """Start and end (terminator excluded) of every line a piece owns, and None; or, given
+    `max_lines`, of its first lines (at least that many) and, if it owns more, the byte its
+    next line starts at. `begin_at`: a line start to begin from instead of the piece's
+    first line (going on from such a byte)."""
     empty = np.array([], dtype=np.int64)
     if size == 0:
-        return empty, empty, True
+        return empty, empty, None
     end = start + length
     with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
-        if start > 0:
+        if begin_at is not None:
+            begin = begin_at
+        elif start > 0:
             nl = mm.find(b"\n", start)
             if nl < 0:
-                return empty, empty, True
+                return empty, empty, None
             begin = nl + 1
         else:
             begin = 0
         if begin > end or begin >= size:
-            return empty, empty, True
+            return empty, empty, None
         # Newlines from `begin` through the one ending the last line that starts <= end.
         stop = mm.find(b"\n", end) if end < size else -1
         stop = size if stop < 0 else stop + 1
@@ -547,9 +581,10 @@ def _piece_lines(
     line_starts, line_ends = line_starts[keep], line_ends[keep]
     if has_cr:
         raise _bare_cr(path)
+    more = None if whole else stop
     if not any_cr:
-        return line_starts.astype(np.int64), line_ends.astype(np.int64), whole
-    return line_starts.astype(np.int64), _strip_cr(path, line_starts, line_ends), whole
+        return line_starts.astype(np.int64), line_ends.astype(np.int64), more
+    return line_starts.astype(np.int64), _strip_cr(path, line_starts, line_ends), more
 
 
 def _has_bare_cr(buf: np.ndarray) -> bool:
