@@ -55,6 +55,8 @@ _STEP = 2 * 1024 * 1024
 _READERS = min(4, os.cpu_count() or 2)
 # At most this many row groups are read together for one trace (each up to ~20 MB decoded).
 _PREFETCH = 8
+# A row count past any row group's: read the whole group.
+_WHOLE = 1 << 62
 # Lines starting with a blank byte looked at one by one; more: one pass over the bytes.
 _FEW_LINES = 2048
 
@@ -286,12 +288,16 @@ class ScanRows:
         todo = []
         for (fi, rg), rows in wanted.items():
             hit = self._get((key, "rg", fi, rg))
-            if hit is None or hit.num_rows < rows:
+            if hit is None:
                 todo.append((fi, rg, rows))
+            elif hit.num_rows < rows:
+                # Read before up to an earlier row: a big group's ids come in batches, each
+                # reaching further; the whole group now, so it is decoded twice at most.
+                todo.append((fi, rg, _WHOLE))
         if not todo:
             return
 
-        footers = {fi: _footer(scan["files"][fi][0]) for fi in {t[0] for t in todo}}
+        footers = {fi: self._footer(key, scan, fi) for fi in {t[0] for t in todo}}
         columns = scan.get("columns")
         n_rows = {(fi, rg): n for fi, rg, n in _all_groups(scan)}
 
@@ -313,6 +319,14 @@ class ScanRows:
                 tables = list(pool.map(read, todo))
         for (fi, rg, _), table in zip(todo, tables):
             self._put((key, "rg", fi, rg), table, int(table.nbytes) + 64, replace=True)
+
+    def _footer(self, key: Any, scan: dict, fi: int) -> Any:
+        """File `fi`'s parsed footer, cached as the files' checks are (per repository open)."""
+        hit = self._get((key, "footer", fi))
+        if hit is None:
+            hit = _footer(scan["files"][fi][0])
+            self._put((key, "footer", fi), hit, int(hit.serialized_size) * 4 + 64)
+        return hit
 
 
 def _footer(path: str) -> Any:
@@ -351,7 +365,7 @@ def _read_prefix(
         ):
             dictionary.append(name)
     pf = pq.ParquetFile(path, metadata=md, read_dictionary=dictionary or None)
-    if rows >= meta.num_rows:
+    if rows * 4 >= meta.num_rows * 3:  # most of it: the whole group reads faster
         return pf.read_row_group(rg, columns=columns, use_threads=use_threads)
     batches, got = [], 0
     for batch in pf.iter_batches(
