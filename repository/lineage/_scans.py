@@ -55,6 +55,8 @@ _STEP = 2 * 1024 * 1024
 _READERS = min(4, os.cpu_count() or 2)
 # At most this many row groups are read together for one trace (each up to ~20 MB decoded).
 _PREFETCH = 8
+# Rows of a scan in one trace up to which it counts as rare (its row groups read ahead).
+_RARE = 4096
 # A row count past any row group's: read the whole group.
 _WHOLE = 1 << 62
 # Lines starting with a blank byte looked at one by one; more: one pass over the bytes.
@@ -140,7 +142,7 @@ class ScanRows:
         row groups they need (when few: a rare row's) are read together, concurrently, each only
         as far as its last wanted row."""
         self._check_files(key, scan)
-        if scan["format"] == "parquet":
+        if scan["format"] == "parquet" and sum(len(p) for p in positions.values()) <= _RARE:
             wanted: dict[tuple[int, int], int] = {}
             for part, pos in positions.items():
                 for fi, rg, _, local in _parquet_split(scan, part, np.asarray(pos, np.int64)):
@@ -274,12 +276,13 @@ class ScanRows:
         return out
 
     def _row_group(self, key: Any, scan: dict, fi: int, rg: int, rows: int) -> Any:
-        """Row group `rg` of file `fi`, at least its first `rows` rows (a cached prefix, or
-        read now)."""
+        """Row group `rg` of file `fi`, at least its first `rows` rows: a cached prefix (a
+        rare trace's, read ahead by `data_of_partitions`), or the whole group read now (a big
+        group's rows come in batches, so a prefix would be read again for the next one)."""
         hit = self._get((key, "rg", fi, rg))
         if hit is not None and hit.num_rows >= rows:
             return hit
-        self._read_row_groups(key, scan, {(fi, rg): rows})
+        self._read_row_groups(key, scan, {(fi, rg): _WHOLE})
         return self._get((key, "rg", fi, rg))
 
     def _read_row_groups(self, key: Any, scan: dict, wanted: dict[tuple[int, int], int]) -> None:
