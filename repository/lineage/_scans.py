@@ -115,8 +115,10 @@ class ScanRows:
         if scan["format"] == "parquet":
             return self._parquet_rows(key, scan, partition, positions)
         pos = np.asarray(positions, dtype=np.int64)
-        # Only as far as the last row asked for: rare rows need not scan the whole partition.
-        lines = self.lines(key, scan, partition, int(pos.max()) + 1 if len(pos) else 0)
+        # Rare rows: only as far as the last one asked for, not the whole partition (a big
+        # group's rows, asked for in batches, get the whole table at once).
+        need = None if len(pos) > _RARE else int(pos.max()) + 1 if len(pos) else 0
+        lines = self.lines(key, scan, partition, need)
         ok = np.flatnonzero((pos >= 0) & (pos < len(lines.starts)))
         out: list = [None] * len(pos)
         which = lines.file[pos[ok]]
