@@ -19,7 +19,7 @@ from ._rdd import CapturedRDD
 from ._spark_trace import SPARK_THRESHOLD
 from ._splits import compute_splits, list_input_files
 from ._trace import LineageRDD
-from .dataframe._policy import AGGREGATE_POLICIES
+from .dataframe._policy import AGGREGATE_POLICIES, DEFAULT_AGGREGATES
 
 _ON_ERROR = ("fail", "skip")
 
@@ -66,7 +66,7 @@ class LineageContext:
         openlineage: Any = None,
         openlineage_namespace: str | None = None,
         openlineage_job: str | None = None,
-        aggregates: str = "eager",
+        aggregates: str = DEFAULT_AGGREGATES,
         narrow: str = "eager",
         spark_threshold: int | None = SPARK_THRESHOLD,
     ) -> None:

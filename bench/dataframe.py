@@ -1,26 +1,30 @@
 """DataFrame / SQL capture against vanilla PySpark, measured in one run.
 
     python bench/dataframe.py [--sf 1] [--runs 5] [--formats parquet,csv]
-                              [--queries q1,q3,q6,q10,q18,window,udf] [--lazy]
+                              [--queries q1,q3,q6,q10,q18,window,udf] [--eager] [--lazy]
                               [--driver-memory 2g]
 
 Not in the default list: `q18sql`, TPC-H Q18 as its standard SQL text, through `spark.sql`
 and `lc.sql` over views of the tables (its `IN (... HAVING ...)` keeps the eager form, which
 Spark already restricts to the surviving keys), and `q18sqljoin`, the same query with that
-subquery joined as a derived table, whose HAVING block --lazy runs in the lazy form.
+subquery joined as a derived table, whose HAVING block runs in the lazy form (under the
+default policy on Parquet, and under --lazy).
 
 TPC-H data (DuckDB's tpch extension) is generated once per scale factor under bench/out/.
 For each format and query, three variants alternate on one local[2] SparkSession: vanilla
-(`spark.read`), captured (`lc.read`, lineage on) and capture off (`LineageContext(...,
+(`spark.read`), captured (`lc.read`, lineage on, the default `aggregates="auto"`) and
+capture off (`LineageContext(...,
 capture=False)`: the same wrapper, Spark's plan untouched); each figure is the median of
 --runs wall times of `collect()`. Captured runs write into a fresh repository each and wait
 for its rollover before the next run. Then, on the last captured run of each query: lineage
 bytes on disk (event logs and tocs; the derived forward index apart) as a share of the
 input's bytes, and, on the repository reopened read-only, p50 of backward traces of single
 output rows to their raw source rows (at most 20) and of forward traces of single source rows
-to the outputs (20). With --lazy, a fourth variant alternates with them: captured under
-`LineageContext(..., aggregates="lazy")` (an aggregate filtered on its output collects its
-surviving groups' ids only), its median against vanilla and against the eager capture.
+to the outputs (20). With --eager and/or --lazy, more variants alternate with them:
+captured under `LineageContext(..., aggregates="eager")` (every aggregate collects its
+groups' ids as it runs) or `aggregates="lazy"` (an aggregate filtered on its output collects
+its surviving groups' ids only, whatever its sources), each median against vanilla and
+against the default capture.
 """
 
 from __future__ import annotations
@@ -146,6 +150,7 @@ def main() -> int:
     p.add_argument("--runs", type=int, default=5)
     p.add_argument("--formats", default="parquet,csv")
     p.add_argument("--queries", default="q1,q3,q6,q10,q18,window,udf")
+    p.add_argument("--eager", action="store_true", help='also capture with aggregates="eager"')
     p.add_argument("--lazy", action="store_true", help='also capture with aggregates="lazy"')
     p.add_argument(
         "--driver-memory",
@@ -176,14 +181,15 @@ def main() -> int:
                 _tpch.generate(args.sf, folder, fmt)
                 print(f"  generated {fmt} in {time.time() - t0:.0f} s")
             for name in args.queries.split(","):
-                run_query(spark, F, folder, fmt, name, args.runs, work, args.lazy)
+                policies = [p for p in ("eager", "lazy") if getattr(args, p)]
+                run_query(spark, F, folder, fmt, name, args.runs, work, policies)
     finally:
         shutil.rmtree(work, ignore_errors=True)
         spark.stop()
     return 0
 
 
-def run_query(spark, F, folder, fmt, name, runs, work, lazy=False) -> None:
+def run_query(spark, F, folder, fmt, name, runs, work, policies=()) -> None:
     import _tpch
 
     vanilla_udf = F.udf(year, "int")
@@ -193,8 +199,8 @@ def run_query(spark, F, folder, fmt, name, runs, work, lazy=False) -> None:
         return build(name, _tpch.read(spark.read, folder, fmt), vanilla_udf, spark.sql).collect()
 
     times: dict[str, list[float]] = {"vanilla": [], "off": [], "captured": []}
-    if lazy:
-        times["lazy"] = []
+    for policy in policies:
+        times[policy] = []
     last = None
     order = list(times)
     for run in range(runs):
@@ -220,7 +226,7 @@ def run_query(spark, F, folder, fmt, name, runs, work, lazy=False) -> None:
                     spark,
                     repo,
                     capture=variant != "off",
-                    aggregates="lazy" if variant == "lazy" else "eager",
+                    **({"aggregates": variant} if variant in policies else {}),
                 )
                 t0 = time.perf_counter()
                 udf = lc.udf.register("yr", year, "int")
@@ -231,18 +237,19 @@ def run_query(spark, F, folder, fmt, name, runs, work, lazy=False) -> None:
                 if variant == "captured":
                     last = (path, lc.run_id, q.last_output)
     v, off, cap = (median(times[k]) for k in ("vanilla", "off", "captured"))
-    print(f"{fmt} {name}:")
+    load = os.getloadavg()
+    print(f"{fmt} {name}: (load {load[0]:.1f} {load[1]:.1f} {load[2]:.1f})")
     report("vanilla", v, "s")
     report("capture off", off, "s", "goal 1.00x", f"{off / v:.2f}x vanilla")
     report("captured", cap, "s", f"goal <= {GOAL_RATIO:.2f}x", f"{cap / v:.2f}x vanilla")
-    if lazy:
-        lz = median(times["lazy"])
+    for policy in policies:
+        t = median(times[policy])
         report(
-            'captured, aggregates="lazy"',
-            lz,
+            f'captured, aggregates="{policy}"',
+            t,
             "s",
-            f"{lz / cap:.2f}x eager",
-            f"{lz / v:.2f}x vanilla",
+            f"{t / cap:.2f}x the default",
+            f"{t / v:.2f}x vanilla",
         )
     path, run_id, cp = last
     logs, fwd = log_bytes(path)

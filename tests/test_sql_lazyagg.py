@@ -37,9 +37,9 @@ def lc(spark, tmp_path):
 
 @pytest.fixture
 def eager(spark, tmp_path):
-    """The default (eager) LineageContext, to compare traces with."""
+    """An eager LineageContext, to compare traces with."""
     with _open(tmp_path / "eager-repo") as r:
-        yield LineageContext(spark, r)
+        yield LineageContext(spark, r, aggregates="eager")
 
 
 @pytest.fixture(scope="module")
@@ -112,7 +112,8 @@ def _plan_tree(frame) -> list[tuple[int, str]]:
 def _lazy_plan(frame) -> bool:
     """Whether the plan has the lazy form: an aggregate that only collects ids (and takes
     the survivors' values, `first`) above a broadcast join, with no id collected below
-    that join, where the aggregate of the whole input runs without ids."""
+    that join, where the survivors are local rows (the aggregate of the whole input ran
+    without ids, before)."""
     tree = _plan_tree(frame)
 
     def below(i):
@@ -134,7 +135,7 @@ def _lazy_plan(frame) -> bool:
         if join is None:
             continue
         rest = under[join:]
-        if not any("collect_list" in y for y in rest) and any("HashAggregate" in y for y in rest):
+        if not any("collect_list" in y for y in rest) and any("LocalTableScan" in y for y in rest):
             return True
     return False
 
@@ -187,7 +188,8 @@ def test_having_with_null_keys(lc, eager, spark, data, bound):
 
     run(lc, spark, data, text, ref, ["okey", "q", "n"])
     q = _same_as_eager(lc, eager, spark, data, text, ["okey", "q", "n"])
-    assert _lazy_plan(q) and not _eager_plan(q)
+    # No survivors: Spark plans the join with no rows as no rows (no join).
+    assert (_lazy_plan(q) or bound == 1000) and not _eager_plan(q)
 
 
 def test_several_keys_where_alias_in_having_order_limit(lc, eager, spark, data):

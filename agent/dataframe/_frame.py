@@ -358,7 +358,11 @@ class LineageDataFrame:
         if self._lazy is not None and not uses_current((condition,)):
             from ._lazyagg import filtered
 
-            return self._new(filtered(self._lazy, self._df, condition, self._lin))
+            # Built on first use (a job: the survivors are computed then, once).
+            lazy = self._lazy
+            return LineageDataFrame(
+                self._agent, None, self._lin, make=lambda: filtered(lazy, self, condition)
+            )
         src = self._src(condition)
         out = src.filter(condition)
         return self._same_columns(out if src is self._df else out.drop(CURRENT))

@@ -40,8 +40,9 @@ from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import functions as F
 
-from ._columns import Lineage, collected, fresh
+from ._columns import collected, fresh
 from ._frame import quoted  # _frame imports this module lazily: no cycle at load
+from ._policy import CHEAP_SOURCES
 from ._recipe import Call, Source, recipe_of
 from ._windows import column_text
 
@@ -125,12 +126,13 @@ class LazyAggregate:
 
 
 def lazy_aggregate(
-    frame: LineageDataFrame, kind: str, cols: list, exprs: list
+    frame: LineageDataFrame, kind: str, cols: list, exprs: list, policy: str
 ) -> LazyAggregate | None:
-    """The lazy form of `frame.groupBy(*cols).agg(*exprs)`, or None when it must be eager."""
+    """The lazy form of `frame.groupBy(*cols).agg(*exprs)` under the aggregate `policy`, or
+    None when it must be eager."""
     from ._udf import uses_current
 
-    if kind != "groupBy" or not cols or not exprs or not lazy_input(frame):
+    if kind != "groupBy" or not cols or not exprs or not lazy_input(frame, policy):
         return None
     if uses_current((*cols, *exprs)):
         return None
@@ -140,28 +142,54 @@ def lazy_aggregate(
     return LazyAggregate(frame, keys)
 
 
-def filtered(lazy: LazyAggregate, eager: Any, condition: Any, lin: Lineage) -> Any:
+def filtered(lazy: LazyAggregate, eager: LineageDataFrame, condition: Any) -> Any:
     """The rows of `lazy`'s aggregate that pass `condition`, each with its group's ids in
-    `lin`'s one array column (what the `eager` aggregate, filtered, holds)."""
-    (name,) = lin.arrays
+    the `eager` aggregate frame's one array column (what the eager aggregate, filtered,
+    holds). Runs a job: the survivors are computed now, once, and taken to the driver when
+    they are few (`survivors`); when they are not, the eager aggregate filtered."""
+    (name,) = eager._lin.arrays
     src = lazy.frame._lin
     # The eager aggregate without its ids: Spark prunes the unused collect_list, and a
     # condition made of the aggregate's own columns (agg["q"] > 300) still resolves.
-    plain = eager.drop(name)
+    plain = eager._df.drop(name)
     names = list(plain.columns)
     s = [fresh("s") for _ in names]
-    survivors = plain.filter(condition).toDF(*s)
+    kept = survivors(plain.filter(condition).toDF(*s))
+    if kept is None:
+        return eager._df.filter(condition)
     k = [fresh("k") for _ in lazy.keys]
     ids = [quoted(h) for h in src.longs]
     pre = lazy.frame._df.select(*[quoted(c).alias(kn) for c, kn in zip(lazy.keys, k)], *ids)
     on = reduce(lambda a, b: a & b, [F.col(kn).eqNullSafe(F.col(sn)) for kn, sn in zip(k, s)])
     nk = len(k)
     grouped = (
-        pre.join(F.broadcast(survivors), on, "inner")
+        pre.join(F.broadcast(kept), on, "inner")
         .groupBy(*s[:nk])
         .agg(*[F.first(F.col(c)).alias(c) for c in s[nk:]], collected(F, src).alias(name))
     )
     return grouped.select(*[F.col(c).alias(n) for c, n in zip(s, names)], name)
+
+
+def survivors(df: Any) -> Any | None:
+    """`df` (a filtered aggregate, no ids) computed now and held as a local relation in the
+    plan (its rows taken to the driver as Arrow data: exact values), or None when its rows
+    are more than `SURVIVORS_ROWS`, its Arrow data more than `SURVIVORS_BYTES`, a column is
+    not of an atomic type, or computing it fails (the eager plan then gives the rows, or
+    vanilla's error when it runs). Used once, so a nondeterministic aggregate or condition
+    (`first`, `rand`) cannot make the ids and the values disagree; a broadcast of this size
+    cannot hit Spark's limits or fill the driver's heap."""
+    from . import _policy
+
+    if not all(atomic(t) for _, t in df.dtypes):
+        return None
+    rows, size = _policy.SURVIVORS_ROWS, _policy.SURVIVORS_BYTES
+    try:
+        table = df.limit(rows + 1).toArrow()
+    except Exception:  # the eager plan raises vanilla's error, if there is one, when run
+        return None
+    if table.num_rows > rows or table.nbytes > size:
+        return None
+    return df.sparkSession.createDataFrame(table, schema=df.schema)
 
 
 def filtered_sql(
@@ -189,11 +217,17 @@ def filtered_sql(
     )
 
 
-def lazy_input(frame: LineageDataFrame) -> bool:
-    """Whether `frame` can feed a lazy aggregate: one source's rows (one id column), with
-    `recomputable` calls."""
+def lazy_input(frame: LineageDataFrame, policy: str) -> bool:
+    """Whether `frame` can feed a lazy aggregate under the aggregate `policy`: one source's
+    rows (one id column), with `recomputable` calls; under "auto", a source cheap to read
+    again (Parquet, `createDataFrame`)."""
     lin = frame._lin
-    return not lin.arrays and len(lin.longs) == 1 and recomputable(frame)
+    if policy == "eager" or lin.arrays or len(lin.longs) != 1:
+        return False
+    source = recomputable(frame)
+    if source is None:
+        return False
+    return policy == "lazy" or (source.scan[0] if source.scan else None) in CHEAP_SOURCES
 
 
 def deterministic_sql(text: str) -> bool:
@@ -207,22 +241,23 @@ def atomic(dtype: str) -> bool:
     return dtype in _ATOMIC or dtype.startswith("decimal")
 
 
-def recomputable(frame: LineageDataFrame) -> bool:
-    """Whether `frame` is a source followed by row-at-a-time deterministic calls only."""
+def recomputable(frame: LineageDataFrame) -> Source | None:
+    """The source of `frame` when `frame` is that source followed by row-at-a-time
+    deterministic calls only, else None."""
     from ._frame import LineageDataFrame
 
     obj: Any = frame
     while True:
         recipe = recipe_of(obj)
         if isinstance(recipe, Source):
-            return True
+            return recipe
         if not isinstance(recipe, Call) or recipe.method not in _ROW_AT_A_TIME:
-            return False
+            return None
         if not all(_deterministic(a) for a in (*recipe.args, *recipe.kwargs.values())):
-            return False
+            return None
         obj = recipe.receiver
         if type(obj) is not LineageDataFrame:
-            return False
+            return None
 
 
 def _deterministic(arg: Any) -> bool:

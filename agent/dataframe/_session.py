@@ -21,13 +21,15 @@ from ._udf import LineageUDFRegistration, vanilla_names
 if TYPE_CHECKING:
     from .._context import LineageContext
 
-from ._policy import AGGREGATE_POLICIES
+from ._policy import AGGREGATE_POLICIES, DEFAULT_AGGREGATES
 
 
 class FrameAgent:
     """Per-context state of the DataFrame agent."""
 
-    def __init__(self, lc: LineageContext, spark: Any, aggregates: str = "eager") -> None:
+    def __init__(
+        self, lc: LineageContext, spark: Any, aggregates: str = DEFAULT_AGGREGATES
+    ) -> None:
         if aggregates not in AGGREGATE_POLICIES:
             raise ValueError(
                 f"aggregates must be one of {', '.join(AGGREGATE_POLICIES)}, got {aggregates!r}"
@@ -114,7 +116,7 @@ class FrameAgent:
                 grouped.agg(*exprs, collected(F, lin).alias(name)), (*cols, *exprs)
             )
 
-        lazy = lazy_aggregate(frame, kind, cols, exprs) if self.aggregates == "lazy" else None
+        lazy = lazy_aggregate(frame, kind, cols, exprs, self.aggregates)
         if lazy is None:
             return LineageDataFrame(self, eager(), out_lin)
         # Any use but a filter builds the eager aggregate (on first use).

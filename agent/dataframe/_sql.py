@@ -43,6 +43,7 @@ correlated subqueries outside WHERE, ...) raises `UnsupportedOperation` naming t
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -85,6 +86,29 @@ class SqlRewriter:
         self._columns_cache: dict[str, list[str]] = {}
         # Select blocks (by id) that keep the eager form under aggregates="lazy".
         self.eager_blocks: set[int] = set()
+        # Lazy blocks' survivors (`_sqllazy`): a temp view's name (in the rewritten text)
+        # -> (the survivors' DataFrame, the query that computed them).
+        self.survivors: dict[str, tuple[Any, str]] = {}
+
+    def texts(self, rewritten: str) -> tuple[str, dict[str, Any], str]:
+        """The rewritten text to run, with the survivors' views as `spark.sql` DataFrame
+        arguments (`{name}`: they live in the plan, not the session), those arguments, and
+        the text to record for replay (each survivors' query in place of its view: replay
+        computes them again over its own inputs)."""
+        if not self.survivors:
+            return rewritten, {}, rewritten
+        run = rewritten.replace("{", "{{").replace("}", "}}")
+        replay = rewritten
+        for name, (_, query) in self.survivors.items():
+            token = re.compile(rf"`{name}`|(?<![\w`]){name}(?![\w`])")
+            run = token.sub(lambda _, n=name: "{" + n + "}", run)
+            replay = token.sub(lambda _, n=name, q=query: f"({q}) AS {n}", replay)
+        return run, {n: df for n, (df, _) in self.survivors.items()}, replay
+
+    def drop_views(self) -> None:
+        """Drop the survivors' temp views (the run text names them as arguments)."""
+        for name in self.survivors:
+            self.agent.spark.catalog.dropTempView(name)
 
     # -- entry -------------------------------------------------------------------------------
 
@@ -1004,8 +1028,13 @@ def run_sql(agent: FrameAgent, text: str) -> LineageDataFrame:
     if not agent.plumbing.capture:
         return LineageDataFrame(agent, vanilla, Lineage())
     names = [c for c in vanilla.columns if not is_hidden(c)]
-    rewritten, lin = SqlRewriter(agent).rewrite(text)
-    df = spark.sql(rewritten)
+    rw = SqlRewriter(agent)
+    try:
+        rewritten, lin = rw.rewrite(text)
+        run, frames, rewritten = rw.texts(rewritten)
+        df = spark.sql(run, **frames) if frames else spark.sql(rewritten)
+    finally:
+        rw.drop_views()
     cols = list(df.columns)
     visible = [c for c in cols if not is_hidden(c)]
     if visible != names and len(visible) == len(names):

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from . import _lazyagg
 from ._columns import fresh
 from ._lazyagg import atomic, deterministic_sql, filtered_sql, lazy_input
 
@@ -44,12 +45,12 @@ def lazy_block(
     from ._sql import ARRAY, Rel
 
     E = rw.E
-    if rw.agent.aggregates != "lazy" or id(sel) in rw.eager_blocks or not _plain(E, sel):
+    if rw.agent.aggregates == "eager" or id(sel) in rw.eager_blocks or not _plain(E, sel):
         return None
     table = sel.args["from_"].this
     name = table.name.lower()
     frame = rw.views.get(name)
-    if frame is None or name in ctes or not lazy_input(frame):
+    if frame is None or name in ctes or not lazy_input(frame, rw.agent.aggregates):
         return None
     alias = table.alias_or_name
     types = {c.lower(): t for c, t in frame.dtypes}
@@ -91,9 +92,21 @@ def lazy_block(
         [E.alias_(g.copy(), c) for g, c in zip(group, cols)]
         + [E.alias_(E.column(frame.lineage_columns.longs[0], table=alias), ids)],
     )
+    # The survivors computed now, once, and held in the plan when they are few
+    # (`_lazyagg.survivors`), as a view `token` while the query is rewritten and analyzed.
+    query = survivors.sql(dialect="spark")
+    try:
+        kept = _lazyagg.survivors(rw.agent.spark.sql(query))
+    except Exception:  # not analyzable alone (correlated): the eager rewrite
+        kept = None
+    if kept is None:
+        return None
+    token = fresh("survivors")
+    kept.createOrReplaceTempView(token)
+    rw.survivors[token] = (kept, query)
     out = merged or fresh()
     text = filtered_sql(
-        survivors.sql(dialect="spark"), cols, m, names, pre.sql(dialect="spark"), ids, out
+        f"SELECT * FROM {token}", cols, m, names, pre.sql(dialect="spark"), ids, out
     )
     node = sqlglot.parse_one(text, read="spark")
     for key in ("with_", *_AFTER):
