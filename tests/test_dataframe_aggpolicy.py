@@ -145,6 +145,16 @@ def _ref_by_order(T):
     )
 
 
+def _check_q_over_2(lc, spark, data, build):
+    """Rows and traces of `build` (the groups of items whose quantity is over 2) against
+    the brute-force reference."""
+
+    def ref(T):
+        return R.where(_ref_by_order(T), lambda r: r["q"] > 2)
+
+    check(lc, spark, data, build, ref, ["okey", "q", "n"])
+
+
 @pytest.mark.parametrize(
     ("rows", "size", "lazy"),
     [(1000, 1 << 20, True), (3, 1 << 20, False), (1000, 64, False)],
@@ -161,14 +171,7 @@ def test_survivors_over_the_bound_run_the_eager_plan(
     def build(t):
         return _by_order(t).where(F.col("q") > 2)
 
-    check(
-        lazy_lc,
-        spark,
-        data,
-        build,
-        lambda T: R.where(_ref_by_order(T), lambda r: r["q"] > 2),
-        ["okey", "q", "n"],
-    )
+    _check_q_over_2(lazy_lc, spark, data, build)
     # (After the check: it needs its query to be the run's one reader of the files.)
     assert _lazy(build(tables(lazy_lc.read, data))) is lazy
 
@@ -185,14 +188,7 @@ def test_sql_survivors_over_the_bound_run_the_eager_rewrite(
         t["items"].createOrReplaceTempView("items")
         return (lazy_lc.sql if captured else spark.sql)(text)
 
-    check(
-        lazy_lc,
-        spark,
-        data,
-        build,
-        lambda T: R.where(_ref_by_order(T), lambda r: r["q"] > 2),
-        ["okey", "q", "n"],
-    )
+    _check_q_over_2(lazy_lc, spark, data, build)
     assert _lazy(build(tables(lazy_lc.read, data))) is (rows == 1000)
 
 

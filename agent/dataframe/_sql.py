@@ -44,6 +44,7 @@ correlated subqueries outside WHERE, ...) raises `UnsupportedOperation` naming t
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -101,8 +102,9 @@ class SqlRewriter:
         replay = rewritten
         for name, (_, query) in self.survivors.items():
             token = re.compile(rf"`{name}`|(?<![\w`]){name}(?![\w`])")
-            run = token.sub(lambda _, n=name: "{" + n + "}", run)
-            replay = token.sub(lambda _, n=name, q=query: f"({q}) AS {n}", replay)
+            # Replacements as functions: the query's backslashes are not escapes.
+            run = token.sub(_constant("{" + name + "}"), run)
+            replay = token.sub(_constant(f"({query}) AS {name}"), replay)
         return run, {n: df for n, (df, _) in self.survivors.items()}, replay
 
     def drop_views(self) -> None:
@@ -982,6 +984,10 @@ def _quote(name: str) -> str:
 
 def _ranking(E: Any) -> tuple:
     return (E.RowNumber, E.Rank, E.DenseRank, E.PercentRank, E.Ntile, E.CumeDist)
+
+
+def _constant(text: str) -> Callable[[re.Match[str]], str]:
+    return lambda _: text
 
 
 def _empty(E: Any) -> Any:
