@@ -1,20 +1,23 @@
 """Lazy lineage for an aggregate whose groups are then filtered (HAVING-style `where`), under
-`LineageContext(..., aggregates="lazy")`.
+`LineageContext(..., aggregates="auto")` (the default: inputs that read Parquet or
+`createDataFrame` rows) and `aggregates="lazy"` (any input).
 
 An eager aggregate collects every group's ids (`collect_list`: Spark leaves its codegen hash
 aggregate and shuffles every id), even when a `where` on its output keeps a handful of groups
 (TPC-H Q18: 300 K groups collect 1.2 M ids to keep ~10). When the aggregate's input is cheap
 and safe to compute again, `aggregate().where(cond)` instead runs
 
-1. the aggregate with no ids (Spark's own plan), then `cond`: the surviving groups `S`;
+1. the aggregate with no ids (Spark's own plan), then `cond`: the surviving groups `S`,
+   computed once, when the filtered frame is first used, and held in the plan as local rows
+   when they are few (`survivors`; else the filter runs on the eager aggregate);
 2. the aggregate's input again, only its group keys and ids, inner-joined to `S` on the keys
    null-safely (`<=>`: null keys match null keys, NaN NaN and -0.0 0.0, as Spark groups),
    `S` broadcast: a shuffle join would shuffle every input row (Spark starts the input's
    shuffle before it knows `S` is small), slower than collecting eagerly (TPC-H Q18, SF 0.2,
    one process, load 7-14: 1.12-1.50x the eager capture; broadcast 0.91x on Parquet, but
    1.14x on CSV, whose second parse of lineitem costs more than the ids it saves). So `S`
-   must fit a broadcast (the driver's memory, `spark.driver.maxResultSize`), and the input
-   should be cheap to read again: hence a policy, not the default,
+   must fit a broadcast (hence the bound), and the input should be cheap to read again
+   (hence "auto" takes Parquet and `createDataFrame` inputs only),
 3. grouped by `S`'s keys: each surviving row (its values taken from `S`, `first` of equal
    values) with every id of its group, as the eager aggregate gives it.
 

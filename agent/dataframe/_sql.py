@@ -7,9 +7,9 @@ query block also outputs its rows' lineage columns; Spark then runs the rewritte
   table or CTE carries what its rewritten query outputs. A block outputs all of them
   (joins concatenate; outer joins leave the missing side null).
 - Aggregates (GROUP BY, aggregate functions, HAVING, SELECT DISTINCT): one array column,
-  every id of the group's rows (`collect_list`, `flatten`); under `aggregates="lazy"` a
-  `GROUP BY ... HAVING` block over a recomputable view collects them after HAVING, for the
-  surviving groups only (`_sqllazy`).
+  every id of the group's rows (`collect_list`, `flatten`); where the aggregate policy takes
+  the lazy form, a `GROUP BY ... HAVING` block over a recomputable view collects them after
+  HAVING, for the surviving groups only (`_sqllazy`).
 - UNION [ALL]: each branch outputs its lineage as one array column of the same name;
   UNION (distinct) groups the rows and collects them.
 - Subqueries in WHERE / HAVING (the predicate itself is left exactly as written):
@@ -85,7 +85,7 @@ class SqlRewriter:
         self.views = dict(agent.views)
         self.cps: set[int] = set()
         self._columns_cache: dict[str, list[str]] = {}
-        # Select blocks (by id) that keep the eager form under aggregates="lazy".
+        # Select blocks (by id) that keep the eager form under any aggregate policy.
         self.eager_blocks: set[int] = set()
         # Lazy blocks' survivors (`_sqllazy`): a temp view's name (in the rewritten text)
         # -> (the survivors' DataFrame, the query that computed them).

@@ -1,5 +1,6 @@
-"""`lc.sql`'s `GROUP BY ... HAVING` blocks in the lazy form, under
-`LineageContext(..., aggregates="lazy")` (the SQL side of `_lazyagg`).
+"""`lc.sql`'s `GROUP BY ... HAVING` blocks in the lazy form, where the aggregate policy takes
+it (`_lazyagg`: "auto" over Parquet / `createDataFrame` views, "lazy" over any; the SQL
+side of `_lazyagg`). The survivors are computed when the query is rewritten.
 
 A block `SELECT e.. FROM v [WHERE w] GROUP BY k.. HAVING h [ORDER BY ..] [LIMIT ..]` (at the
 top, in a derived table or CTE, in a set operation's branch, or as the subquery of
@@ -7,9 +8,10 @@ top, in a derived table or CTE, in a set operation's branch, or as the subquery 
 text, Spark already restricts the eager form to the survivors: `SqlRewriter._contribution`
 keeps it there, in `eager_blocks`) becomes `_lazyagg`'s plan
 written in SQL (`filtered_sql`): the block itself without ids, its group keys added as
-columns (the survivors), broadcast and joined null-safely on the keys to `v`'s rows that pass
-`w` (keys and ids), grouped again by the survivors' keys. It stays in the rewritten text, so
-Spark plans the whole query as one, and replay re-runs it over the rebuilt views unchanged.
+columns (the survivors, computed now and passed to Spark as a DataFrame argument of the
+rewritten text when few: `_lazyagg.survivors`), broadcast and joined null-safely on the keys
+to `v`'s rows that pass `w` (keys and ids), grouped again by the survivors' keys. Replay runs
+the text with the survivors' query in their place, over the rebuilt views.
 
 It applies only where it is exact, by `_lazyagg`'s rules: `v` is a view of a captured
 DataFrame that `lazy_input` accepts (a source followed by row-at-a-time deterministic calls),
