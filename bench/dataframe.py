@@ -13,8 +13,8 @@ default policy on Parquet, and under --lazy).
 TPC-H data (DuckDB's tpch extension) is generated once per scale factor under bench/out/.
 For each format and query, three variants alternate on one local[2] SparkSession: vanilla
 (`spark.read`), captured (`lc.read`, lineage on, the default `aggregates="auto"`) and
-capture off (`LineageContext(...,
-capture=False)`: the same wrapper, Spark's plan untouched); each figure is the median of
+capture off (`LineageContext(..., capture=False)`: the same wrapper, Spark's plan
+untouched); each figure is the median of
 --runs wall times of `collect()`. Captured runs write into a fresh repository each and wait
 for its rollover before the next run. Then, on the last captured run of each query: lineage
 bytes on disk (event logs and tocs; the derived forward index apart) as a share of the
