@@ -43,9 +43,23 @@ def report(name: str, value: float, unit: str, goal: str = "", ratio: str = "") 
     print(f"  {name:<44} {value:>12,.3f} {unit:<10} {ratio:<28} {goal}", flush=True)
 
 
-def local_spark(app: str, master: str = "local[2]", log_level: str = "ERROR", memory: str = ""):
+def load_text() -> str:
+    """The machine's load averages (1, 5, 15 min), as benchmark reports print them."""
+    import os
+
+    return " ".join(f"{x:.1f}" for x in os.getloadavg())
+
+
+def local_spark(
+    app: str,
+    master: str = "local[2]",
+    log_level: str = "ERROR",
+    memory: str = "",
+    shuffle_partitions: int | None = None,
+):
     """A quiet local SparkSession whose Python workers run this interpreter (`memory`: the
-    driver JVM's heap, where Spark's default 1g is too small)."""
+    driver JVM's heap, where Spark's default 1g is too small; `shuffle_partitions`: Spark's
+    200 default is per-task overhead on small local data)."""
     import os
     import sys
 
@@ -62,4 +76,6 @@ def local_spark(app: str, master: str = "local[2]", log_level: str = "ERROR", me
         builder = builder.config("spark.driver.memory", memory)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(log_level)
+    if shuffle_partitions is not None:
+        spark.conf.set("spark.sql.shuffle.partitions", str(shuffle_partitions))
     return spark

@@ -42,7 +42,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
-from _common import local_spark, median, percentile, report
+from _common import load_text, local_spark, median, percentile, report
 
 from agent import LineageContext, LineageRDD
 from journals import unpack_record_ids
@@ -165,14 +165,12 @@ def main() -> int:
     import _tpch
     from pyspark.sql import functions as F
 
-    spark = local_spark("bench-dataframe", memory=args.driver_memory)
-    spark.conf.set("spark.sql.shuffle.partitions", "8")
+    spark = local_spark("bench-dataframe", memory=args.driver_memory, shuffle_partitions=8)
     out_root = os.path.join(os.path.dirname(__file__), "out", f"tpch-sf{args.sf}")
     work = tempfile.mkdtemp(prefix="bench-df-")
-    load = os.getloadavg()
     print(
         f"bench/dataframe.py: TPC-H SF {args.sf}, {args.runs} interleaved runs, local[2], "
-        f"load {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}"
+        f"load {load_text()}"
     )
     try:
         for fmt in args.formats.split(","):
@@ -243,8 +241,7 @@ def run_query(spark, F, folder, fmt, name, runs, work, policies=()) -> None:
                 if variant == "captured":
                     last = (path, lc.run_id, q.last_output)
     v, off, cap = (median(times[k]) for k in ("vanilla", "off", "captured"))
-    load = os.getloadavg()
-    print(f"{fmt} {name}: (load {load[0]:.1f} {load[1]:.1f} {load[2]:.1f})")
+    print(f"{fmt} {name}: (load {load_text()})")
     report("vanilla", v, "s")
     report("capture off", off, "s", "goal 1.00x", f"{off / v:.2f}x vanilla")
     report("captured", cap, "s", f"goal <= {GOAL_RATIO:.2f}x", f"{cap / v:.2f}x vanilla")

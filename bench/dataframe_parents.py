@@ -21,7 +21,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _common import interleaved, median, report
+from _common import interleaved, load_text, median, report
 
 from agent.dataframe._columns import Lineage, arrow_pairs, arrow_parents, csr
 
@@ -53,8 +53,7 @@ def main() -> int:
     args = p.parse_args()
     if args.runs < 5:
         p.error("--runs must be at least 5")
-    load = os.getloadavg()
-    print(f"bench/dataframe_parents.py: {args.ids:,} ids, load {load[0]:.1f} {load[1]:.1f}")
+    print(f"bench/dataframe_parents.py: {args.ids:,} ids, load {load_text()}")
     lin = Lineage((), ("__prov_ids",))
     # TPC-H SF 1: Q1 groups lineitem's 6 M rows in 4 groups, the UDF query orders' 1.5 M in 35.
     for name, groups, n_ids in (("Q1 shape", 4, args.ids), ("UDF query shape", 35, args.ids // 4)):

@@ -24,7 +24,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
-from _common import interleaved, local_spark, median, report
+from _common import interleaved, load_text, local_spark, median, report
 from dataframe import build, year
 
 from agent import LineageContext
@@ -43,16 +43,14 @@ def main() -> int:
     import _tpch
     from pyspark.sql import functions as F
 
-    spark = local_spark("bench-dataframe-replay")
-    spark.conf.set("spark.sql.shuffle.partitions", "8")
+    spark = local_spark("bench-dataframe-replay", shuffle_partitions=8)
     folder = os.path.join(os.path.dirname(__file__), "out", f"tpch-sf{args.sf}", args.format)
     if not os.path.exists(os.path.join(folder, f"region.{args.format}")):
         _tpch.generate(args.sf, folder, args.format)
     work = tempfile.mkdtemp(prefix="bench-df-replay-")
-    load = os.getloadavg()
     print(
         f"bench/dataframe_replay.py: TPC-H SF {args.sf} {args.format}, {args.runs} interleaved "
-        f"runs, local[2], load {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}"
+        f"runs, local[2], load {load_text()}"
     )
     vanilla_udf = F.udf(year, "int")
     try:

@@ -33,7 +33,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
-from _common import local_spark, median, percentile, report
+from _common import load_text, local_spark, median, percentile, report
 
 from agent import LineageContext, LineageRDD
 from repository import ProvenanceRepository, RepositoryConfig
@@ -164,15 +164,13 @@ def main() -> int:
                     raise SystemExit(f"no TPC-H data in {folder}: run bench/dataframe.py --sf {sf}")
                 path = os.path.join(work, f"repo-{sf}-{fmt}-{args.query}")
                 if spark is None and not os.path.exists(path + ".meta"):
-                    spark = local_spark("bench-raretrace", memory="2g")
-                    spark.conf.set("spark.sql.shuffle.partitions", "8")
+                    spark = local_spark("bench-raretrace", memory="2g", shuffle_partitions=8)
                 todo.append((sf, fmt, path, *capture(spark, path, folder, fmt, args.query)))
         if spark is not None:
             spark.stop()  # traces need no JVM
-        load = os.getloadavg()
         print(
             f"bench/raretrace.py: TPC-H {args.query}, {args.rows} cold traces x {args.runs} "
-            f"interleaved rounds, load {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}",
+            f"interleaved rounds, load {load_text()}",
             flush=True,
         )
         for sf, fmt, path, run_id, cp in todo:

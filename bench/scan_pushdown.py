@@ -39,7 +39,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
-from _common import local_spark, median, report
+from _common import load_text, local_spark, median, report
 
 from agent import LineageContext
 from repository import ProvenanceRepository, RepositoryConfig
@@ -184,13 +184,11 @@ def main() -> int:
 
     root = os.path.join(os.path.dirname(__file__), "out", f"tpch-sf{args.sf}")
     csv_path = os.path.join(root, "csv", "lineitem.csv")
-    spark = local_spark("bench-scan-pushdown", memory=args.driver_memory)
-    spark.conf.set("spark.sql.shuffle.partitions", "8")
+    spark = local_spark("bench-scan-pushdown", memory=args.driver_memory, shuffle_partitions=8)
     work = tempfile.mkdtemp(prefix="bench-scan-")
-    load = os.getloadavg()
     print(
         f"bench/scan_pushdown.py: TPC-H SF {args.sf} lineitem, {args.runs} interleaved runs, "
-        f"local[2], load {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}"
+        f"local[2], load {load_text()}"
     )
     try:
         for fmt in args.formats.split(","):
@@ -209,8 +207,7 @@ def main() -> int:
     finally:
         shutil.rmtree(work, ignore_errors=True)
         spark.stop()
-    load = os.getloadavg()
-    print(f"  (load at the end {load[0]:.1f} {load[1]:.1f} {load[2]:.1f})")
+    print(f"  (load at the end {load_text()})")
     return 0
 
 

@@ -28,7 +28,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
-from _common import local_spark, median, report
+from _common import load_text, local_spark, median, report
 
 from agent import LineageContext, LineageRDD
 from repository import ProvenanceRepository, RepositoryConfig
@@ -92,10 +92,9 @@ def main() -> int:
             if not os.path.exists(os.path.join(folder, f"lineitem.{fmt}")):
                 _tpch.generate(args.sf, folder, fmt, ("lineitem",))
             path, run_id, cp = capture(work, folder, fmt)
-            load = os.getloadavg()
             print(
                 f"bench/trace_rows.py: TPC-H SF {args.sf} Q1 over {fmt}, {args.runs} "
-                f"interleaved runs, load {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}"
+                f"interleaved runs, load {load_text()}"
             )
             with ProvenanceRepository.open(path, read_only=True) as repo:
                 for rid in repo.lineage.all_records(run_id, cp).tolist():
@@ -110,8 +109,7 @@ def capture(work: str, folder: str, fmt: str) -> tuple[str, str, int]:
     """Q1 captured into a fresh repository: (its path, the run, the output capture point)."""
     import _tpch
 
-    spark = local_spark("bench-trace-rows")
-    spark.conf.set("spark.sql.shuffle.partitions", "8")
+    spark = local_spark("bench-trace-rows", shuffle_partitions=8)
     path = os.path.join(work, f"repo-{fmt}")
     try:
         with ProvenanceRepository.open(path, RepositoryConfig(sync="none")) as repo:
