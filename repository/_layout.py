@@ -38,6 +38,11 @@ class Layout:
         return os.path.join(self.root, "index")
 
     @property
+    def scans(self) -> str:
+        """Line marks of DataFrame line-format scans (derived: `lineage/_linemarks.py`)."""
+        return os.path.join(self.root, "scans")
+
+    @property
     def quarantine(self) -> str:
         return os.path.join(self.root, "quarantine")
 

@@ -49,6 +49,7 @@ from ._cache import ByteLRU
 from ._deferred import DeferredError, DeferredResolver
 from ._forward import ForwardError
 from ._forward_store import ForwardIndex
+from ._linemarks import LineMarkStore
 from ._raw import read_in_groups, read_ranges
 from ._scans import ScanRows, scan_of
 from ._sets import (
@@ -213,7 +214,11 @@ class LineageIndex:
             tuple[str, int], tuple[list[CapturePointInfo], dict[int, dict[int, _Target]]]
         ] = {}
         self._generation = 0
-        self._scan_rows = ScanRows()  # DataFrame scan rows, re-read from their files
+        # DataFrame scan rows, re-read from their files; line formats' rare rows from the
+        # stored line marks before them (an owner makes those it misses at a trace).
+        self._scan_rows = ScanRows(
+            LineMarkStore(store.layout.scans, writable=forward.writable, sync=forward.sync)
+        )
 
     @property
     def caches(self) -> tuple[ByteLRU, ...]:
@@ -435,6 +440,17 @@ class LineageIndex:
             for c in desc.get("capture_points", [])
             if (scan := scan_of(c)) is not None
         }
+
+    def mark_scan_lines(self, run: str) -> int:
+        """Make the stored line marks of every partition of the run's line-format (CSV, JSON
+        lines, text) DataFrame scans that has none (the owner only; a read-only open makes
+        none), so that every later trace of a rare row reads a few KB from the mark before it
+        rather than the partition's lines up to it. Returns how many partitions have marks."""
+        done = 0
+        for cp, scan in self._scans(run).items():
+            for part in range(len(scan["partitions"])):
+                done += self._scan_rows.has_line_marks((run, cp), scan, part)
+        return done
 
     def _scan_record_at(self, run: str, path: str, offset: int) -> int | None:
         for cp, scan in self._scans(run).items():

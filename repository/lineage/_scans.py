@@ -32,6 +32,7 @@ not a dict per row).
 from __future__ import annotations
 
 import gc
+import logging
 import mmap
 import os
 import threading
@@ -44,6 +45,9 @@ from typing import Any
 import numpy as np
 
 from .._errors import BadInput
+from ._linemarks import EVERY, LineMarks, LineMarkStore
+
+log = logging.getLogger("provrepo.lineage")
 
 _CACHE_BYTES = 256 * 1024 * 1024
 _JSON_SPACE = np.array([0x20, 0x09, 0x0A, 0x0D], dtype=np.uint8)
@@ -61,10 +65,16 @@ _RARE = 4096
 _WHOLE = 1 << 62
 # Lines starting with a blank byte looked at one by one; more: one pass over the bytes.
 _FEW_LINES = 2048
+# Bytes scanned per numpy pass from a line mark: a mark's lines are ~EVERY x 130 bytes.
+_MARK_STEP = 256 * 1024
 
 
 class SourceChanged(BadInput):
     """A scanned file changed since the run read it: its rows cannot be re-read by position."""
+
+
+class _MarksWrong(Exception):
+    """Line marks that do not fit the file they name (not a line start, too few lines)."""
 
 
 def scan_of(cp_descriptor: dict | None) -> dict | None:
@@ -100,11 +110,14 @@ class _Lines:
 class ScanRows:
     """Resolves positions of scan capture points to raw rows; thread-safe, cached."""
 
-    def __init__(self) -> None:
+    def __init__(self, marks: LineMarkStore | None = None) -> None:
         self._lock = threading.Lock()
         self._cache: OrderedDict[tuple, Any] = OrderedDict()
         self._bytes = 0
         self._checked: set[tuple] = set()
+        # Stored line marks (keys are then (run, capture point)): a rare row of a line format
+        # is read from the mark before it; an owner makes a partition's marks when missing.
+        self._marks = marks
 
     # -- public ----------------------------------------------------------------------------
 
@@ -115,17 +128,26 @@ class ScanRows:
         if scan["format"] == "parquet":
             return self._parquet_rows(key, scan, partition, positions)
         pos = np.asarray(positions, dtype=np.int64)
-        # Rare rows: only as far as the last one asked for, not the whole partition (a big
-        # group's rows, asked for in batches, get the whole table at once).
-        need = None if len(pos) > _RARE else int(pos.max()) + 1 if len(pos) else 0
-        lines = self.lines(key, scan, partition, need)
-        ok = np.flatnonzero((pos >= 0) & (pos < len(lines.starts)))
+        found = self._marked_lines(key, scan, partition, pos) if len(pos) <= _RARE else None
+        if found is not None:  # rare rows, from the line marks before them
+            file_of, starts_of, ends_of = found
+            ok = np.flatnonzero(file_of >= 0)
+            which = file_of[ok]
+        else:
+            # Rare rows: only as far as the last one asked for, not the whole partition (a
+            # big group's rows, asked for in batches, get the whole table at once).
+            need = None if len(pos) > _RARE else int(pos.max()) + 1 if len(pos) else 0
+            lines = self.lines(key, scan, partition, need)
+            ok = np.flatnonzero((pos >= 0) & (pos < len(lines.starts)))
+            which = lines.file[pos[ok]]
+            starts_of = np.full(len(pos), -1, dtype=np.int64)
+            ends_of = starts_of.copy()
+            starts_of[ok], ends_of[ok] = lines.starts[pos[ok]], lines.ends[pos[ok]]
         out: list = [None] * len(pos)
-        which = lines.file[pos[ok]]
         # Per file, the lines in offset order, sliced and decoded in bulk (no per-line tuples).
         for fi in np.unique(which).tolist():
             ks = ok[which == fi]
-            starts, ends = lines.starts[pos[ks]], lines.ends[pos[ks]]
+            starts, ends = starts_of[ks], ends_of[ks]
             order = np.argsort(starts, kind="stable")
             ks, starts, ends = ks[order], starts[order], ends[order]
             with (
@@ -174,6 +196,9 @@ class ScanRows:
         self._check_files(key, scan)
         if scan["format"] == "parquet":
             return int(sum(n for _, _, n in _parquet_groups(scan, partition)))
+        marks = self._line_marks(key, scan, partition, build=False)
+        if marks is not None:
+            return marks.total
         return len(self.lines(key, scan, partition).starts)
 
     def position_of(self, key: Any, scan: dict, path: str, offset: int) -> tuple[int, int] | None:
@@ -203,6 +228,65 @@ class ScanRows:
             if offset < nxt:
                 return part, pos
         return None
+
+    def has_line_marks(self, key: Any, scan: dict, partition: int) -> bool:
+        """Whether a line-format partition has usable stored line marks, an owner making
+        them first if it has none (a trace's first rare row of the partition does so too)."""
+        self._check_files(key, scan)
+        if scan["format"] == "parquet":
+            return False
+        return self._line_marks(key, scan, partition) is not None
+
+    # -- line marks ------------------------------------------------------------------------
+
+    def _line_marks(
+        self, key: Any, scan: dict, partition: int, build: bool = True
+    ) -> LineMarks | None:
+        """The partition's stored line marks (cached per open); an owner makes and stores
+        them when there are none usable (`build`). None: there are none (read the lines)."""
+        if self._marks is None:
+            return None
+        ck = (key, "marks", partition)
+        hit = self._get(ck)
+        if hit is not None:
+            return hit or None  # False: looked for, none usable
+        run, cp = key
+        marks = self._marks.load(run, cp, partition, scan)
+        if marks is None and build and self._marks.writable:
+            marks = _build_marks(scan, partition)
+            # A file changed during the scan would have given marks that do not fit it.
+            if not _files_unchanged(scan, partition):
+                raise SourceChanged(
+                    f"a source file of {key} partition {partition} changed while it was read: "
+                    "its rows cannot be re-read by position"
+                )
+            if marks is not None:
+                try:
+                    self._marks.save(run, cp, partition, scan, marks)
+                except OSError as e:  # derived data: the trace goes on, the next one retries
+                    log.warning("line marks of %s partition %d not stored: %s", key, partition, e)
+        if marks is not None:
+            self._put(ck, marks, marks.nbytes)
+        elif build or not self._marks.writable:  # an owner's count() leaves the making to data
+            self._put(ck, False, 64)
+        return marks
+
+    def _marked_lines(
+        self, key: Any, scan: dict, partition: int, pos: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        """File index, start and end of each position's line (-1 past the end), read from
+        the line marks before them; None when there are no marks (or they do not hold)."""
+        marks = self._line_marks(key, scan, partition)
+        if marks is None:
+            return None
+        try:
+            return _lines_from_marks(scan, partition, marks, pos)
+        except _MarksWrong as e:
+            log.warning(
+                "line marks of %s partition %d do not hold (%s): scanning", key, partition, e
+            )
+            self._put((key, "marks", partition), False, 64, replace=True)
+            return None
 
     # -- lines -----------------------------------------------------------------------------
 
@@ -537,6 +621,95 @@ def _partition_lines(
     )
 
 
+def _kept_lines(
+    scan: dict, piece: list, max_lines: int | None, begin: int | None, step: int | None = None
+) -> tuple[np.ndarray, np.ndarray, int | None]:
+    """Start and end of a piece's rows (its lines less the dropped ones) from its first line
+    (or from line start `begin`, past any header) and where its next line starts (None: the
+    piece ends), as `_piece_lines` finds them; given `max_lines`, at least that many rows or
+    all there are."""
+    fi, start, length = piece
+    path, size = scan["files"][fi][0], scan["files"][fi][1]
+    raw = None if max_lines is None else max_lines + 64
+    while True:
+        s, e, stop = _piece_lines(path, start, length, size, raw, begin, step)
+        if scan["format"] in ("csv", "json") and len(s):
+            s, e = _drop_lines(scan, path, s, e, first_piece=start == 0 and begin is None)
+        if stop is None or raw is None or max_lines is None or len(s) >= max_lines:
+            return s, e, stop
+        raw *= 2  # blank, comment or header lines dropped: scan further
+
+
+def _build_marks(scan: dict, partition: int) -> LineMarks | None:
+    """A partition's line marks, from all its lines (None if they cannot be read by
+    position: the trace that reads up to its row says why, as before)."""
+    rows, pieces, offsets = [], [], []
+    got = 0
+    try:
+        for j, piece in enumerate(scan["partitions"][partition]):
+            s, _, _ = _kept_lines(scan, piece, None, None)
+            idx = np.arange(0, len(s), EVERY, dtype=np.int64)
+            rows.append(got + idx)
+            pieces.append(np.full(len(idx), j, dtype=np.int64))
+            offsets.append(s[idx])
+            got += len(s)
+    except BadInput:
+        return None
+    if not rows:
+        empty = np.array([], dtype=np.int64)
+        return LineMarks(empty, empty, empty, 0)
+    return LineMarks(np.concatenate(rows), np.concatenate(pieces), np.concatenate(offsets), got)
+
+
+def _files_unchanged(scan: dict, partition: int) -> bool:
+    """Whether the partition's files still have the size and mtime the run recorded."""
+    for fi in {p[0] for p in scan["partitions"][partition]}:
+        path, size, mtime_ns = scan["files"][fi]
+        try:
+            st = os.stat(path)
+        except OSError:
+            return False
+        if st.st_size != size or st.st_mtime_ns != mtime_ns:
+            return False
+    return True
+
+
+def _lines_from_marks(
+    scan: dict, partition: int, marks: LineMarks, pos: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """File index, start and end of each position's line (-1 past the end or before 0):
+    each read from the mark at or before it, a mark's lines scanned once for all of them."""
+    file_of = np.full(len(pos), -1, dtype=np.int32)
+    starts_of = np.full(len(pos), -1, dtype=np.int64)
+    ends_of = starts_of.copy()
+    inside = np.flatnonzero((pos >= 0) & (pos < marks.total))
+    if not len(inside):
+        return file_of, starts_of, ends_of
+    mark = np.searchsorted(marks.rows, pos[inside], side="right") - 1
+    pieces = scan["partitions"][partition]
+    for m in np.unique(mark).tolist():
+        ks = inside[mark == m]
+        first, offset = int(marks.rows[m]), int(marks.offsets[m])
+        piece = pieces[int(marks.pieces[m])]
+        fi, start, length = piece
+        path = scan["files"][fi][0]
+        # A mark names a line start inside its piece: the file's first byte or one after a
+        # newline (marks made from another file's bytes are caught here, or by the count).
+        if not (start < offset <= start + length or offset == start == 0):
+            raise _MarksWrong(f"offset {offset} outside its piece")
+        if offset > 0:
+            with open(path, "rb") as f:
+                if os.pread(f.fileno(), 1, offset - 1) != b"\n":
+                    raise _MarksWrong(f"offset {offset} of {path} is not a line start")
+        want = int(pos[ks].max()) - first + 1
+        s, e, _ = _kept_lines(scan, piece, want, offset, _MARK_STEP)
+        if len(s) < want:
+            raise _MarksWrong(f"{path} has fewer lines after offset {offset} than marked")
+        local = pos[ks] - first
+        file_of[ks], starts_of[ks], ends_of[ks] = fi, s[local], e[local]
+    return file_of, starts_of, ends_of
+
+
 def _piece_lines(
     path: str,
     start: int,
@@ -544,11 +717,13 @@ def _piece_lines(
     size: int,
     max_lines: int | None = None,
     begin_at: int | None = None,
+    step: int | None = None,
 ) -> tuple[np.ndarray, np.ndarray, int | None]:
     """Start and end (terminator excluded) of every line a piece owns, and None; or, given
     `max_lines`, of its first lines (at least that many) and, if it owns more, the byte its
     next line starts at. `begin_at`: a line start to begin from instead of the piece's
-    first line (going on from such a byte)."""
+    first line (going on from such a byte). `step`: bytes per pass when `max_lines` is
+    given (default `_STEP`)."""
     empty = np.array([], dtype=np.int64)
     if size == 0:
         return empty, empty, None
@@ -571,7 +746,7 @@ def _piece_lines(
         buf = np.frombuffer(mm, dtype=np.uint8, count=stop - begin, offset=begin)
         # A rare row needs the lines up to it only: then the piece is scanned in smaller
         # steps, stopping at the step that holds enough lines.
-        step = _CHUNK if max_lines is None else _STEP
+        step = _CHUNK if max_lines is None else step or _STEP
         nls: list[np.ndarray] = []
         found, whole = 0, True
         try:

@@ -1,0 +1,154 @@
+"""A stored sparse line index of DataFrame line-format scans (CSV, JSON lines, text).
+
+A scan row is named by its position among its partition's kept lines, so finding row p
+means counting the lines before it: a scan of up to a whole 128 MB piece. Line marks say,
+for one (run, capture point, partition), the row number and byte offset of the first kept
+line of every piece and of every `EVERY`-th kept line after it, and how many rows the
+partition has: a trace then seeks to the mark at or before its row and reads a few KB.
+
+Marks are derived data (invariant 1), kept in `<repository>/scans/`, one file per
+partition, written atomically by an owner (read-only opens never write) and checksummed.
+A file that is missing, torn, corrupt, or made from another scan plan (its files' sizes and
+mtimes, pieces and reader options are in the digest it holds) is not used: the trace scans
+the lines as before, and an owner makes it again. The source files themselves are checked
+against their recorded size and mtime before any read (`SourceChanged`), marks or not.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from journals import makedirs_durable, write_atomic
+
+log = logging.getLogger("provrepo.lineage")
+
+# Kept lines between two marks of a piece: a trace reads at most this many lines (~130 KB
+# of TPC-H's lineitem); a mark costs 24 bytes (~0.2 MB per GB of lines at ~130 B a line).
+EVERY = 1024
+_MAGIC = b"PRVLMK01"
+_SUFFIX = ".marks"
+
+
+@dataclass(frozen=True)
+class LineMarks:
+    """One partition's marks: `rows[k]` is the row number of the kept line starting at byte
+    `offsets[k]` of piece `pieces[k]` (ascending rows; every piece with rows starts with a
+    mark); `total` is how many rows the partition has."""
+
+    rows: np.ndarray
+    pieces: np.ndarray
+    offsets: np.ndarray
+    total: int
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held, for cache budgets."""
+        return int(self.rows.nbytes + self.pieces.nbytes + self.offsets.nbytes) + 64
+
+
+def plan_digest(run: str, cp: int, partition: int, scan: dict) -> str:
+    """What marks were made from: the run, capture point, partition, and the scan's format,
+    reader options, files (path, size, mtime) and pieces."""
+    plan = {
+        "run": run,
+        "cp": cp,
+        "partition": partition,
+        "format": scan["format"],
+        "options": scan.get("options", {}),
+        "files": scan["files"],
+        "pieces": scan["partitions"][partition],
+    }
+    text = json.dumps(plan, sort_keys=True, default=str).encode()
+    return hashlib.blake2b(text, digest_size=16).hexdigest()
+
+
+class LineMarkStore:
+    """Line marks files under `directory`; `writable` (the repository's owner) saves them."""
+
+    def __init__(self, directory: str, writable: bool, sync: bool = False) -> None:
+        self.directory = directory
+        self.writable = writable
+        self.sync = sync
+
+    def _path(self, digest: str) -> str:
+        return os.path.join(self.directory, digest + _SUFFIX)
+
+    def load(self, run: str, cp: int, partition: int, scan: dict) -> LineMarks | None:
+        """The partition's marks, or None if there are none usable (missing, torn, corrupt,
+        or made from another plan: those are logged and ignored)."""
+        digest = plan_digest(run, cp, partition, scan)
+        path = self._path(digest)
+        try:
+            with open(path, "rb") as f:
+                blob = f.read()
+        except FileNotFoundError:
+            return None
+        except OSError as e:
+            log.warning("line marks %s unreadable (%s): scanning the lines instead", path, e)
+            return None
+        marks = _decode(blob, digest, len(scan["partitions"][partition]))
+        if marks is None:
+            log.warning("line marks %s are damaged: scanning the lines instead", path)
+        return marks
+
+    def save(self, run: str, cp: int, partition: int, scan: dict, marks: LineMarks) -> None:
+        """Write the partition's marks (atomically: a reader sees the old file or the new)."""
+        if not self.writable:
+            raise PermissionError("line marks are written by the repository's owner only")
+        digest = plan_digest(run, cp, partition, scan)
+        makedirs_durable(self.directory)
+        write_atomic(self._path(digest), _encode(marks, digest), self.sync)
+
+
+def _encode(marks: LineMarks, digest: str) -> bytes:
+    head = json.dumps({"digest": digest, "count": len(marks.rows), "total": marks.total})
+    body = b"".join(
+        (
+            head.encode() + b"\n",
+            np.ascontiguousarray(marks.rows, dtype="<i8").tobytes(),
+            np.ascontiguousarray(marks.pieces, dtype="<i8").tobytes(),
+            np.ascontiguousarray(marks.offsets, dtype="<i8").tobytes(),
+        )
+    )
+    return _MAGIC + hashlib.blake2b(body, digest_size=16).digest() + body
+
+
+def _decode(blob: bytes, digest: str, n_pieces: int) -> LineMarks | None:
+    """The marks in `blob` if it is whole, made from plan `digest`, and consistent."""
+    if not blob.startswith(_MAGIC) or len(blob) < len(_MAGIC) + 16:
+        return None
+    check, body = blob[len(_MAGIC) : len(_MAGIC) + 16], blob[len(_MAGIC) + 16 :]
+    if hashlib.blake2b(body, digest_size=16).digest() != check:
+        return None
+    nl = body.find(b"\n")
+    try:
+        head: Any = json.loads(body[:nl])
+        count, total = int(head["count"]), int(head["total"])
+    except (ValueError, KeyError, TypeError):
+        return None
+    if head.get("digest") != digest or count < 0 or len(body) != nl + 1 + 24 * count:
+        return None
+    arrays = np.frombuffer(body, dtype="<i8", offset=nl + 1).reshape(3, count)
+    rows, pieces, offsets = (a.astype(np.int64) for a in arrays)
+    # Rows ascend from 0 (when there are any) and stay below the total; pieces are the
+    # plan's, in order; offsets are bytes of a file.
+    if count and (
+        rows[0] != 0
+        or (np.diff(rows) <= 0).any()
+        or rows[-1] >= total
+        or (np.diff(pieces) < 0).any()
+        or pieces[0] < 0
+        or pieces[-1] >= n_pieces
+        or (offsets < 0).any()
+    ):
+        return None
+    if not count and total:
+        return None
+    return LineMarks(rows, pieces, offsets, total)

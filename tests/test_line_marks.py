@@ -1,0 +1,256 @@
+"""Stored line marks (`repository/lineage/_linemarks.py`): a rare row of a CSV / JSON lines /
+text scan read from the mark before it is exactly the line a scan from the partition's start
+finds (brute force: the files split in Python), across headers, blank, comment and CRLF
+lines, several files and pieces per partition; marks that are missing, torn, corrupt, made
+from another plan or not fitting the file are not used (the lines are scanned, the same rows
+come back), an owner makes them again, a read-only open never writes, and a source file that
+changed is refused as without marks."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from repository.lineage import _linemarks, _scans
+from repository.lineage._linemarks import LineMarks, LineMarkStore
+from repository.lineage._scans import ScanRows, SourceChanged
+
+KEY = ("run-1", 3)
+
+
+def _corpus(tmp_path, eol: str, seed: int = 1) -> tuple[dict, list[list[str]]]:
+    """Two CSV files cut into pieces over three partitions (one partition holding pieces
+    of both files), with a header, blank, whitespace, comment and indented data lines;
+    returns the scan plan and each partition's data lines, found by splitting in Python."""
+    rng = np.random.default_rng(seed)
+    files, texts = [], []
+    for fi in range(2):
+        body = ["k,v"]
+        for i in range(700):
+            r = rng.random()
+            if r < 0.05:
+                body += [""] * int(rng.integers(1, 30))
+            elif r < 0.08:
+                body += [" \t", "#note"]
+            body.append(f"  {fi}-{i},i" if i % 9 == 0 else f"{fi}-{i}," + "w" * (i % 23))
+        raw = (eol.join(body) + eol).encode()
+        path = tmp_path / f"f{fi}.csv"
+        path.write_bytes(raw)
+        st = os.stat(path)
+        files.append([str(path), st.st_size, st.st_mtime_ns])
+        texts.append(raw)
+    a, b = len(texts[0]), len(texts[1])
+    partitions = [
+        [[0, 0, a // 3]],
+        [[0, a // 3, a - a // 3], [1, 0, b // 2]],
+        [[1, b // 2, b - b // 2]],
+    ]
+    want = []
+    for pieces in partitions:
+        lines = []
+        for fi, start, length in pieces:
+            raw = texts[fi]
+            # Hadoop's rule: a piece owns the lines starting after its first newline (at 0
+            # when it starts the file) and at or before its end.
+            pos = 0 if start == 0 else raw.index(b"\n", start) + 1
+            while pos <= start + length and pos < len(raw):
+                nl = raw.index(b"\n", pos)
+                line = raw[pos:nl].decode().removesuffix("\r")
+                if pos == 0:
+                    pass  # the header
+                elif line.strip(" \t\r\n\x0b\x0c") and not line.startswith("#"):
+                    lines.append(line)
+                pos = nl + 1
+        want.append(lines)
+    scan = {
+        "format": "csv",
+        "files": files,
+        "partitions": partitions,
+        "options": {"header": True, "comment": "#"},
+    }
+    return scan, want
+
+
+def _check(rows: ScanRows, scan: dict, want: list[list[str]], rng) -> None:
+    for part, lines in enumerate(want):
+        n = len(lines)
+        for positions in (
+            [0],
+            [n - 1],
+            rng.integers(0, n, 40).tolist(),
+            [5, n, n + 7, -1, 5, n - 2],
+        ):
+            got = rows.data(KEY, scan, part, np.array(positions, dtype=np.int64))
+            assert got == [lines[p] if 0 <= p < n else None for p in positions], (part, positions)
+        assert rows.count(KEY, scan, part) == n
+
+
+def _no_scans(monkeypatch) -> None:
+    """Partition line tables forbidden: rows must come from the marks."""
+
+    def refuse(*_a, **_k):
+        raise AssertionError("the partition's lines were scanned, not read from a mark")
+
+    monkeypatch.setattr(_scans, "_partition_lines", refuse)
+
+
+@pytest.mark.parametrize("eol", ["\n", "\r\n"])
+def test_rows_from_marks_equal_the_files_lines(tmp_path, monkeypatch, eol):
+    monkeypatch.setattr(_scans, "EVERY", 7)
+    scan, want = _corpus(tmp_path, eol)
+    store = LineMarkStore(str(tmp_path / "marks"), writable=True)
+    rng = np.random.default_rng(2)
+    _check(ScanRows(store), scan, want, rng)  # the owner makes the marks as it traces
+    assert len(os.listdir(tmp_path / "marks")) == 3
+    marks = store.load(*KEY, 1, scan)
+    assert marks is not None and marks.total == len(want[1])
+    assert len(marks.rows) > len(want[1]) // 7  # a mark every 7 rows, and at each piece
+    with monkeypatch.context() as m:
+        _no_scans(m)  # read-only, from the stored marks only
+        _check(ScanRows(LineMarkStore(str(tmp_path / "marks"), writable=False)), scan, want, rng)
+    # An owner's count() before any row is asked for leaves the making to the rows' read.
+    owner = ScanRows(LineMarkStore(str(tmp_path / "later"), writable=True))
+    assert owner.count(KEY, scan, 2) == len(want[2])
+    assert owner.data(KEY, scan, 2, np.array([4])) == [want[2][4]]
+    assert LineMarkStore(str(tmp_path / "later"), writable=False).load(*KEY, 2, scan) is not None
+
+
+def test_json_lines_and_text_from_marks(tmp_path, monkeypatch):
+    monkeypatch.setattr(_scans, "EVERY", 5)
+    path = tmp_path / "a.json"
+    lines = [f'{{"k": {i}}}' if i % 6 else f'  {{"k": {i}}}' for i in range(200)]
+    body = []
+    for i, line in enumerate(lines):
+        body.append(line)
+        if i % 11 == 0:
+            body.append(" \t")  # whitespace: no JSON row, but a text row
+    path.write_text("\n".join(body) + "\n")
+    st = os.stat(path)
+    for fmt, want in (("json", lines), ("text", body)):
+        scan = {
+            "format": fmt,
+            "files": [[str(path), st.st_size, st.st_mtime_ns]],
+            "partitions": [[[0, 0, st.st_size // 2]], [[0, st.st_size // 2, st.st_size]]],
+        }
+        store = LineMarkStore(str(tmp_path / fmt), writable=True)
+        ScanRows(store).has_line_marks(KEY, scan, 0)
+        ScanRows(store).has_line_marks(KEY, scan, 1)
+        rows = ScanRows(LineMarkStore(str(tmp_path / fmt), writable=False))
+        with monkeypatch.context() as m:
+            _no_scans(m)
+            n0 = rows.count(KEY, scan, 0)
+            got = rows.data(KEY, scan, 0, np.arange(n0)) + rows.data(
+                KEY, scan, 1, np.arange(rows.count(KEY, scan, 1))
+            )
+        assert got == want, fmt
+
+
+def test_read_only_open_writes_no_marks(tmp_path, monkeypatch):
+    monkeypatch.setattr(_scans, "EVERY", 7)
+    scan, want = _corpus(tmp_path, "\n")
+    rows = ScanRows(LineMarkStore(str(tmp_path / "marks"), writable=False))
+    _check(rows, scan, want, np.random.default_rng(4))
+    assert not os.path.exists(tmp_path / "marks")
+    with pytest.raises(PermissionError):
+        LineMarkStore(str(tmp_path / "marks"), writable=False).save(
+            *KEY, 0, scan, LineMarks(np.zeros(1, np.int64), np.zeros(1, np.int64), np.zeros(1), 1)
+        )
+
+
+def _damage(path: str, how: str) -> None:
+    raw = bytearray(Path(path).read_bytes())
+    if how == "torn":
+        raw = raw[: len(raw) // 2]
+    elif how == "flipped":
+        raw[-5] ^= 0x40  # an offset's byte: the checksum no longer holds
+    elif how == "empty":
+        raw = bytearray()
+    with open(path, "wb") as f:
+        f.write(raw)
+
+
+@pytest.mark.parametrize("how", ["torn", "flipped", "empty", "missing"])
+def test_damaged_marks_are_not_used_and_an_owner_remakes_them(tmp_path, monkeypatch, how):
+    monkeypatch.setattr(_scans, "EVERY", 7)
+    scan, want = _corpus(tmp_path, "\n")
+    d = str(tmp_path / "marks")
+    for part in range(3):
+        assert ScanRows(LineMarkStore(d, writable=True)).has_line_marks(KEY, scan, part)
+    for name in os.listdir(d):
+        if how == "missing":
+            os.remove(os.path.join(d, name))
+        else:
+            _damage(os.path.join(d, name), how)
+    reader = LineMarkStore(d, writable=False)
+    assert all(reader.load(*KEY, p, scan) is None for p in range(3))
+    rng = np.random.default_rng(5)
+    _check(ScanRows(reader), scan, want, rng)  # scanned: the same rows
+    _check(ScanRows(LineMarkStore(d, writable=True)), scan, want, rng)  # remade
+    assert all(reader.load(*KEY, p, scan) is not None for p in range(3))
+
+
+def test_marks_of_another_plan_are_not_used(tmp_path, monkeypatch):
+    """Marks are found by the digest of the plan they were made from: another partition's,
+    another run's or other options' marks under this plan's name are ignored."""
+    monkeypatch.setattr(_scans, "EVERY", 7)
+    scan, want = _corpus(tmp_path, "\n")
+    d = str(tmp_path / "marks")
+    store = LineMarkStore(d, writable=True)
+    assert ScanRows(store).has_line_marks(KEY, scan, 0)
+    src = os.path.join(d, _linemarks.plan_digest(*KEY, 0, scan) + ".marks")
+    for run, cp, part, options in (
+        (KEY[0], KEY[1], 1, scan["options"]),
+        ("run-2", KEY[1], 0, scan["options"]),
+        (KEY[0], KEY[1], 0, {"header": True}),
+    ):
+        other = dict(scan, options=options)
+        dst = os.path.join(d, _linemarks.plan_digest(run, cp, part, other) + ".marks")
+        os.replace(src, dst)
+        assert store.load(run, cp, part, other) is None
+        os.replace(dst, src)
+    assert store.load(*KEY, 0, scan) is not None
+    _check(ScanRows(LineMarkStore(d, writable=False)), scan, want, np.random.default_rng(6))
+
+
+def test_marks_that_do_not_fit_the_file_fall_back_to_the_scan(tmp_path, monkeypatch):
+    """Well-formed marks whose offsets are not line starts, or that promise more lines than
+    the piece has, are caught at use: the rows are scanned, never misread."""
+    monkeypatch.setattr(_scans, "EVERY", 7)
+    scan, want = _corpus(tmp_path, "\n")
+    d = str(tmp_path / "marks")
+    store = LineMarkStore(d, writable=True)
+    assert ScanRows(store).has_line_marks(KEY, scan, 0)
+    good = store.load(*KEY, 0, scan)
+    assert good is not None
+    shifted = LineMarks(good.rows, good.pieces, good.offsets + 3, good.total)
+    longer = LineMarks(good.rows, good.pieces, good.offsets, good.total + 50)
+    for bad in (shifted, longer):
+        store.save(*KEY, 0, scan, bad)
+        rows = ScanRows(LineMarkStore(d, writable=False))
+        n = len(want[0])
+        positions = [n - 1, 3, *range(0, n, 5), n, n + 10]
+        got = rows.data(KEY, scan, 0, np.array(positions))
+        assert got == [want[0][p] if p < n else None for p in positions]
+
+
+def test_changed_source_file_is_refused_with_marks(tmp_path, monkeypatch):
+    monkeypatch.setattr(_scans, "EVERY", 7)
+    scan, _ = _corpus(tmp_path, "\n")
+    d = str(tmp_path / "marks")
+    for part in range(3):
+        assert ScanRows(LineMarkStore(d, writable=True)).has_line_marks(KEY, scan, part)
+    path = scan["files"][0][0]
+    raw = Path(path).read_bytes()
+    with open(path, "wb") as f:  # the same size, other bytes: its mtime moves
+        f.write(raw.replace(b"0-1,", b"0-9,", 1))
+    st = os.stat(path)
+    os.utime(path, ns=(st.st_atime_ns, scan["files"][0][2] + 1_000_000))
+    for writable in (False, True):
+        rows = ScanRows(LineMarkStore(d, writable=writable))
+        with pytest.raises(SourceChanged, match="changed"):
+            rows.data(KEY, scan, 0, np.array([3]))
+        with pytest.raises(SourceChanged, match="changed"):
+            rows.count(KEY, scan, 1)
