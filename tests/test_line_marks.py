@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from repository.lineage import _linemarks, _scans
+from repository.lineage import _scans
 from repository.lineage._linemarks import LineMarks, LineMarkStore
 from repository.lineage._scans import ScanRows, SourceChanged
 
@@ -200,14 +200,14 @@ def test_marks_of_another_plan_are_not_used(tmp_path, monkeypatch):
     d = str(tmp_path / "marks")
     store = LineMarkStore(d, writable=True)
     assert ScanRows(store).has_line_marks(KEY, scan, 0)
-    src = os.path.join(d, _linemarks.plan_digest(*KEY, 0, scan) + ".marks")
+    src = store.path(*KEY, 0, scan)
     for run, cp, part, options in (
         (KEY[0], KEY[1], 1, scan["options"]),
         ("run-2", KEY[1], 0, scan["options"]),
         (KEY[0], KEY[1], 0, {"header": True}),
     ):
         other = dict(scan, options=options)
-        dst = os.path.join(d, _linemarks.plan_digest(run, cp, part, other) + ".marks")
+        dst = store.path(run, cp, part, other)
         os.replace(src, dst)
         assert store.load(run, cp, part, other) is None
         os.replace(dst, src)
@@ -254,3 +254,46 @@ def test_changed_source_file_is_refused_with_marks(tmp_path, monkeypatch):
             rows.data(KEY, scan, 0, np.array([3]))
         with pytest.raises(SourceChanged, match="changed"):
             rows.count(KEY, scan, 1)
+
+
+def test_marks_of_runs_gone_are_deleted_by_the_owner_only(tmp_path, monkeypatch):
+    monkeypatch.setattr(_scans, "EVERY", 7)
+    scan, _ = _corpus(tmp_path, "\n")
+    d = str(tmp_path / "marks")
+    owner = LineMarkStore(d, writable=True)
+    for key in (KEY, ("run-2", 3), ("run-3", 1)):
+        assert ScanRows(owner).has_line_marks(key, scan, 0)
+    assert LineMarkStore(d, writable=False).forget_runs_but({KEY[0]}) == 0
+    assert len(os.listdir(d)) == 3
+    assert ScanRows(owner).forget_marks_but({KEY[0], "run-3"}) == 1
+    assert owner.load("run-2", 3, 0, scan) is None
+    assert owner.load(*KEY, 0, scan) is not None and owner.load("run-3", 1, 0, scan) is not None
+
+
+def test_a_traced_csv_run_keeps_marks_until_its_lineage_ages_off(lc, tmp_path):
+    """Through the repository: an owner's trace of a CSV row makes its partition's marks
+    (rows equal the file's lines), a read-only open reads the same rows from them, and once
+    the run's logs have aged off the marks go too."""
+    import time
+
+    from repository import ProvenanceRepository
+
+    path = tmp_path / "in.csv"
+    lines = [f"{i},{'v' * (i % 7)}" for i in range(3000)]
+    path.write_text("k,v\n" + "\n".join(lines) + "\n")
+    df = lc.read.csv(str(path), header=True, schema="k INT, v STRING")
+    rows = df.dataframe.collect()
+    df.take(1)  # an action: the run's descriptor now holds the scan's plan
+    lc.repo.rollover()
+    h = df.lineage_columns.longs[0]
+    ids = np.array([r[h] for r in rows[::250]], dtype=np.int64)
+    want = [f"{r.k},{r.v or ''}" for r in rows[::250]]
+    assert lc.repo.lineage.record_data(lc.run_id, ids) == want
+    marks = os.path.join(lc.repo.path, "scans")
+    assert os.listdir(marks)
+    with ProvenanceRepository.open(lc.repo.path, read_only=True) as ro:
+        assert ro.lineage.record_data(lc.run_id, ids) == want
+    time.sleep(1.1)
+    assert lc.repo.age_off(max_age=1).deleted_logs
+    assert lc.run_id not in lc.repo.lineage.runs()
+    assert os.listdir(marks) == []

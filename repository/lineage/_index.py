@@ -237,7 +237,8 @@ class LineageIndex:
         with self._lock:
             if live == self._seen:
                 return
-            if self._seen - live:  # logs aged off: rebuild (rare; cheap, tocs are in memory)
+            aged_off = bool(self._seen - live)
+            if aged_off:  # logs aged off: rebuild (rare; cheap, tocs are in memory)
                 self._seen.clear()
                 self._dirs.clear()
                 self._firsts.clear()
@@ -260,6 +261,8 @@ class LineageIndex:
                 locs = self._dirs[key[0]][key[1:]]
                 locs.sort(key=lambda x: x.pos_start)
                 self._firsts[key] = [x.pos_start for x in locs]
+            if aged_off:  # derived files of runs now wholly gone go with them
+                self._scan_rows.forget_marks_but(set(self._dirs))
             self._infos.clear()
             self._targets.clear()
             self._generation += 1

@@ -7,7 +7,8 @@ line of every piece and of every `EVERY`-th kept line after it, and how many row
 partition has: a trace then seeks to the mark at or before its row and reads a few KB.
 
 Marks are derived data (invariant 1), kept in `<repository>/scans/`, one file per
-partition, written atomically by an owner (read-only opens never write) and checksummed.
+partition, written atomically by an owner (read-only opens never write) and checksummed,
+deleted by the owner once the run's lineage has aged off.
 A file that is missing, torn, corrupt, or made from another scan plan (its files' sizes and
 mtimes, pieces and reader options are in the digest it holds) is not used: the trace scans
 the lines as before, and an owner makes it again. The source files themselves are checked
@@ -16,6 +17,7 @@ against their recorded size and mtime before any read (`SourceChanged`), marks o
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -77,14 +79,37 @@ class LineMarkStore:
         self.writable = writable
         self.sync = sync
 
-    def _path(self, digest: str) -> str:
-        return os.path.join(self.directory, digest + _SUFFIX)
+    def _path(self, run: str, digest: str) -> str:
+        # The run's own prefix: its marks go when it has aged off (`forget_runs_but`).
+        return os.path.join(self.directory, f"{_run_tag(run)}-{digest}{_SUFFIX}")
+
+    def forget_runs_but(self, live: set[str]) -> int:
+        """Delete the marks of runs not in `live` (the runs whose lineage is still stored);
+        the owner only. Returns how many files went."""
+        if not self.writable:
+            return 0
+        tags = {_run_tag(r) for r in live}
+        try:
+            names = os.listdir(self.directory)
+        except FileNotFoundError:
+            return 0
+        gone = 0
+        for name in names:
+            if name.endswith(_SUFFIX) and name.split("-", 1)[0] not in tags:
+                with contextlib.suppress(FileNotFoundError):
+                    os.remove(os.path.join(self.directory, name))
+                    gone += 1
+        return gone
+
+    def path(self, run: str, cp: int, partition: int, scan: dict) -> str:
+        """The file that holds (or would hold) the partition's marks."""
+        return self._path(run, plan_digest(run, cp, partition, scan))
 
     def load(self, run: str, cp: int, partition: int, scan: dict) -> LineMarks | None:
         """The partition's marks, or None if there are none usable (missing, torn, corrupt,
         or made from another plan: those are logged and ignored)."""
         digest = plan_digest(run, cp, partition, scan)
-        path = self._path(digest)
+        path = self._path(run, digest)
         try:
             with open(path, "rb") as f:
                 blob = f.read()
@@ -104,7 +129,11 @@ class LineMarkStore:
             raise PermissionError("line marks are written by the repository's owner only")
         digest = plan_digest(run, cp, partition, scan)
         makedirs_durable(self.directory)
-        write_atomic(self._path(digest), _encode(marks, digest), self.sync)
+        write_atomic(self._path(run, digest), _encode(marks, digest), self.sync)
+
+
+def _run_tag(run: str) -> str:
+    return hashlib.blake2b(run.encode(), digest_size=8).hexdigest()
 
 
 def _encode(marks: LineMarks, digest: str) -> bytes:

@@ -252,6 +252,10 @@ class ScanRows:
             return False
         return self._line_marks(key, scan, partition) is not None
 
+    def forget_marks_but(self, live_runs: set[str]) -> int:
+        """Delete the stored line marks of runs not in `live_runs` (an owner's; else none)."""
+        return self._marks.forget_runs_but(live_runs) if self._marks is not None else 0
+
     # -- line marks ------------------------------------------------------------------------
 
     def _line_marks(
