@@ -219,50 +219,6 @@ def test_rows_of_several_partitions_and_files_read_together(tmp_path):
         assert got == _want(table, positions), positions
 
 
-def test_row_groups_of_several_scans_read_together(tmp_path, monkeypatch):
-    """`read_ahead` over two scans (one trace's rows of two tables) reads every row group
-    they need in one concurrent batch, each only up to its last wanted row; each scan's rows
-    then come from that batch (no row group read again) and are pyarrow's; the same rows as
-    each scan read alone. A scan past the rare limit is left to `data`."""
-    tables = [_table(1200), _table(700).rename_columns([f"c{i}" for i in range(8)])]
-    paths = [str(tmp_path / f"t{k}.parquet") for k in range(2)]
-    pq.write_table(tables[0], paths[0], row_group_size=250)
-    pq.write_table(tables[1], paths[1], row_group_size=100)
-    scans = [_parquet_scan([paths[0]], [[0]]), _parquet_scan([paths[1]], [[0]])]
-    asks = [{0: np.array([5, 260, 1199, 3])}, {0: np.array([640, 0, 99, 101, 699, 700])}]
-    reads: list[tuple[str, int, int]] = []
-    real = _scans._read_prefix
-
-    def counted(path, md, rg, rows, columns, use_threads):
-        reads.append((os.path.basename(path), rg, rows))
-        return real(path, md, rg, rows, columns, use_threads)
-
-    monkeypatch.setattr(_scans, "_read_prefix", counted)
-    rows = ScanRows()
-    rows.read_ahead([(("run", k), scans[k], asks[k]) for k in range(2)])
-    assert sorted(reads) == [
-        ("t0.parquet", 0, 6),
-        ("t0.parquet", 1, 11),
-        ("t0.parquet", 4, 200),
-        ("t1.parquet", 0, 100),
-        ("t1.parquet", 1, 2),
-        ("t1.parquet", 6, 100),
-    ]
-    before = len(reads)
-    got = [rows.data_of_partitions(("run", k), scans[k], asks[k])[0] for k in range(2)]
-    assert len(reads) == before  # all from the batch read ahead
-    for k in range(2):
-        positions = asks[k][0].tolist()
-        want = _want(tables[k], positions)
-        want = [w if p < len(tables[k]) else None for w, p in zip(want, positions)]
-        assert got[k] == want
-        assert ScanRows().data(("run", k), scans[k], 0, asks[k][0]) == want
-    before = len(reads)
-    big = ScanRows()
-    big.read_ahead([(("run", 0), scans[0], {0: np.arange(_scans._RARE + 1) % 1200})])
-    assert len(reads) == before
-
-
 def test_a_changed_parquet_file_is_refused(tmp_path):
     """Rows of a file rewritten since the run read it are refused (SourceChanged), whether
     its size or mtime tell (checked once per scan) or only its row groups do (the file was

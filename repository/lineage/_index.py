@@ -500,17 +500,12 @@ class LineageIndex:
             return out
         arr = np.asarray(ids, dtype=np.int64)
         cps, parts, poss = unpack_record_ids(arr)
-        asked = []
         for cp, scan in scans.items():
             sel = cps == cp
             masks = {part: sel & (parts == part) for part in np.unique(parts[sel]).tolist()}
-            if masks:
-                asked.append((cp, scan, masks))
-        # Every scan's partitions at once: their row groups are read together, concurrently.
-        self._scan_rows.read_ahead(
-            [((run, cp), scan, {p: poss[m] for p, m in masks.items()}) for cp, scan, masks in asked]
-        )
-        for cp, scan, masks in asked:
+            if not masks:
+                continue
+            # All partitions at once: their row groups are read together, concurrently.
             data = self._scan_rows.data_of_partitions(
                 (run, cp), scan, {part: poss[m] for part, m in masks.items()}
             )

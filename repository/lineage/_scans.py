@@ -37,7 +37,7 @@ import mmap
 import os
 import threading
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from itertools import repeat
 from typing import Any
@@ -59,8 +59,6 @@ _STEP = 2 * 1024 * 1024
 _READERS = min(4, os.cpu_count() or 2)
 # At most this many row groups are read together for one trace (each up to ~20 MB decoded).
 _PREFETCH = 8
-# The same, for several scans' row groups read together (a TPC-H Q10 row needs ~10).
-_PREFETCH_ALL = 16
 # Rows of a scan in one trace up to which it counts as rare (its row groups read ahead).
 _RARE = 4096
 # A row count past any row group's: read the whole group.
@@ -167,30 +165,17 @@ class ScanRows:
         """`data` of several partitions at once ({partition: positions}): a Parquet scan's
         row groups they need (when few: a rare row's) are read together, concurrently, each only
         as far as its last wanted row."""
-        self.read_ahead([(key, scan, positions)])
-        return {part: self.data(key, scan, part, pos) for part, pos in positions.items()}
-
-    def read_ahead(self, requests: Sequence[tuple[Any, dict, Mapping[int, np.ndarray]]]) -> None:
-        """Read the Parquet row groups that rare rows of several scans (key, scan,
-        {partition: positions}) need, all together on threads, each only as far as its last
-        wanted row (a trace's source rows of every table at once: the cores stay busy
-        while one table has fewer groups than threads); a later `data` takes them from the
-        cache. Scans with many rows (a big group's) or other formats are left alone."""
-        wanted: dict[tuple[Any, int, int], int] = {}
-        scans: dict[Any, dict] = {}
-        for key, scan, positions in requests:
-            if scan["format"] != "parquet" or sum(len(p) for p in positions.values()) > _RARE:
-                continue
-            self._check_files(key, scan)
-            scans[key] = scan
+        self._check_files(key, scan)
+        if scan["format"] == "parquet" and sum(len(p) for p in positions.values()) <= _RARE:
+            wanted: dict[tuple[int, int], int] = {}
             for part, pos in positions.items():
                 for fi, rg, _, local in _parquet_split(scan, part, np.asarray(pos, np.int64)):
-                    k = (key, fi, rg)
-                    wanted[k] = max(wanted.get(k, 0), int(local.max()) + 1)
-        # A rare row's few row groups at once; a big group's many are read one at a time as
-        # `data` reaches them (all held at once, they would outgrow the cache).
-        if wanted and len(wanted) <= (_PREFETCH if len(scans) == 1 else _PREFETCH_ALL):
-            self._read_row_groups(scans, wanted)
+                    wanted[fi, rg] = max(wanted.get((fi, rg), 0), int(local.max()) + 1)
+            # A rare row's few row groups at once; a big group's many are read one at a time
+            # as `data` reaches them (all held at once, they would outgrow the cache).
+            if len(wanted) <= _PREFETCH:
+                self._read_row_groups(key, scan, wanted)
+        return {part: self.data(key, scan, part, pos) for part, pos in positions.items()}
 
     def spans(self, key: Any, scan: dict, partition: int, positions: np.ndarray) -> list:
         """(file path, offset, length) of each line (None past the end); line formats only."""
@@ -387,50 +372,45 @@ class ScanRows:
         hit = self._get((key, "rg", fi, rg))
         if hit is not None and hit.num_rows >= rows:
             return hit
-        self._read_row_groups({key: scan}, {(key, fi, rg): _WHOLE})
+        self._read_row_groups(key, scan, {(fi, rg): _WHOLE})
         return self._get((key, "rg", fi, rg))
 
-    def _read_row_groups(self, scans: dict[Any, dict], wanted: dict[tuple, int]) -> None:
-        """Reads the first `rows` rows of each (scan key, file, row group) not cached with as
-        many, concurrently (pyarrow decodes without the GIL), each file's footer parsed once."""
+    def _read_row_groups(self, key: Any, scan: dict, wanted: dict[tuple[int, int], int]) -> None:
+        """Reads the first `rows` rows of each (file, row group) not cached with as many,
+        concurrently (pyarrow decodes without the GIL), each file's footer parsed once."""
         todo = []
-        for (key, fi, rg), rows in wanted.items():
+        for (fi, rg), rows in wanted.items():
             hit = self._get((key, "rg", fi, rg))
             if hit is None:
-                todo.append((key, fi, rg, rows))
+                todo.append((fi, rg, rows))
             elif hit.num_rows < rows:
                 # Read before up to an earlier row: a big group's ids come in batches, each
                 # reaching further; the whole group now, so it is decoded twice at most.
-                todo.append((key, fi, rg, _WHOLE))
+                todo.append((fi, rg, _WHOLE))
         if not todo:
             return
 
-        footers = {(k, fi): self._footer(k, scans[k], fi) for k, fi, _, _ in todo}
-        n_rows = {
-            (k, fi, rg): n for k in {t[0] for t in todo} for fi, rg, n in _all_groups(scans[k])
-        }
+        footers = {fi: self._footer(key, scan, fi) for fi in {t[0] for t in todo}}
+        columns = scan.get("columns")
+        n_rows = {(fi, rg): n for fi, rg, n in _all_groups(scan)}
 
-        def read(t: tuple[Any, int, int, int]) -> Any:
-            key, fi, rg, rows = t
-            scan, md = scans[key], footers[key, fi]
-            if rg >= md.num_row_groups or md.row_group(rg).num_rows != n_rows.get((key, fi, rg)):
+        def read(t: tuple[int, int, int]) -> Any:
+            fi, rg, rows = t
+            md = footers[fi]
+            if rg >= md.num_row_groups or md.row_group(rg).num_rows != n_rows.get((fi, rg)):
                 raise SourceChanged(
                     f"source file {scan['files'][fi][0]} changed since the run read it "
                     "(its row groups differ): its rows cannot be re-read by position"
                 )
-            path = scan["files"][fi][0]
-            return _read_prefix(path, md, rg, rows, scan.get("columns"), len(todo) == 1)
+            return _read_prefix(scan["files"][fi][0], md, rg, rows, columns, len(todo) == 1)
 
         if len(todo) == 1:
             tables = [read(todo[0])]
         else:
-            # Largest first: the threads finish together rather than one left with the last
-            # big group.
-            todo.sort(key=lambda t: -min(t[3], n_rows.get(t[:3], 0)))
             workers = min(len(todo), _READERS)
             with ThreadPoolExecutor(workers, thread_name_prefix="provrepo-parquet") as pool:
                 tables = list(pool.map(read, todo))
-        for (key, fi, rg, _), table in zip(todo, tables):
+        for (fi, rg, _), table in zip(todo, tables):
             self._put((key, "rg", fi, rg), table, int(table.nbytes) + 64, replace=True)
 
     def _footer(self, key: Any, scan: dict, fi: int) -> Any:
