@@ -10,13 +10,11 @@ bench/dataframe.py makes it; --keep DIR keeps the repositories there and reuses 
 for each of --rows output rows, a cold trace: the repository opened read-only afresh (no
 cached footers, row groups or line tables), `go_back_all().collect()` timed, the repository
 closed. Two read paths alternate, each going first in turn, --runs rounds: "new" (the
-repository's: CSV rows read from the stored line marks before them; the Parquet row groups
-of all the trace's tables read in one concurrent batch) and "before" (the code at
-BEFORE_COMMIT, loaded from git: a CSV partition's lines scanned up to the row; each table's
-row groups read as a batch of their own). Both give
-the same rows (checked). Figures: p50 and p99 of all cold traces per path, and before / new.
-The files stay in the OS page cache between traces (both paths alike): "cold" is the
-repository's state, not the disk's.
+repository's: CSV rows read from the stored line marks before them) and "before" (the code
+at BEFORE_COMMIT, loaded from git: a CSV partition's lines scanned up to the row; Parquet
+read the same way by both). Both give the same rows (checked). Figures: p50 and p99 of all
+cold traces per path, and before / new. The files stay in the OS page cache between traces
+(both paths alike): "cold" is the repository's state, not the disk's.
 
 Line marks are made by the repository's owner (read-only opens never write): before the
 cold rounds, the marks are deleted, one trace runs on an owner open (timed: it makes the
@@ -50,8 +48,7 @@ BEFORE_COMMIT = "b2244ad"
 
 def load_before():
     """The repository's `_scans` module at BEFORE_COMMIT, as a module of its own, its
-    `ScanRows` taking (and ignoring) the line marks store `_index` gives it now, and not
-    reading several scans' row groups together."""
+    `ScanRows` taking (and ignoring) the line marks store `_index` gives it now."""
     import importlib.util
     import subprocess
 
@@ -72,9 +69,6 @@ def load_before():
     class Before(mod.ScanRows):
         def __init__(self, marks=None):
             super().__init__()
-
-        def read_ahead(self, requests):
-            pass  # each scan's row groups read on their own, as `_index` asked then
 
     return Before
 
