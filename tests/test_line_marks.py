@@ -263,9 +263,13 @@ def test_marks_of_runs_gone_are_deleted_by_the_owner_only(tmp_path, monkeypatch)
     owner = LineMarkStore(d, writable=True)
     for key in (KEY, ("run-2", 3), ("run-3", 1)):
         assert ScanRows(owner).has_line_marks(key, scan, 0)
+    # A write cut short by a crash (its temporary file) goes with its run's marks.
+    tmp = owner.path("run-2", 3, 1, scan) + ".tmp"
+    Path(tmp).write_bytes(b"PRVLMK01 torn")
     assert LineMarkStore(d, writable=False).forget_runs_but({KEY[0]}) == 0
-    assert len(os.listdir(d)) == 3
-    assert ScanRows(owner).forget_marks_but({KEY[0], "run-3"}) == 1
+    assert len(os.listdir(d)) == 4
+    assert ScanRows(owner).forget_marks_but({KEY[0], "run-3"}) == 2
+    assert not os.path.exists(tmp)
     assert owner.load("run-2", 3, 0, scan) is None
     assert owner.load(*KEY, 0, scan) is not None and owner.load("run-3", 1, 0, scan) is not None
 

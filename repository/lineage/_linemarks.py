@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from journals import makedirs_durable, write_atomic
+from journals import TMP_SUFFIX, makedirs_durable, write_atomic
 
 log = logging.getLogger("provrepo.lineage")
 
@@ -95,7 +95,9 @@ class LineMarkStore:
             return 0
         gone = 0
         for name in names:
-            if name.endswith(_SUFFIX) and name.split("-", 1)[0] not in tags:
+            # A crash mid-write leaves `<name>.tmp`: it goes with its run's marks.
+            ours = name.endswith(_SUFFIX) or name.endswith(_SUFFIX + TMP_SUFFIX)
+            if ours and name.split("-", 1)[0] not in tags:
                 with contextlib.suppress(FileNotFoundError):
                     os.remove(os.path.join(self.directory, name))
                     gone += 1
