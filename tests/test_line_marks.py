@@ -113,7 +113,9 @@ def test_rows_from_marks_equal_the_files_lines(tmp_path, monkeypatch, eol):
         _check(ScanRows(LineMarkStore(str(tmp_path / "marks"), writable=False)), scan, want, rng)
     # An owner's count() before any row is asked for leaves the making to the rows' read.
     owner = ScanRows(LineMarkStore(str(tmp_path / "later"), writable=True))
+    assert owner.data(KEY, scan, 2, np.array([], dtype=np.int64)) == []  # nothing to make
     assert owner.count(KEY, scan, 2) == len(want[2])
+    assert not os.path.exists(tmp_path / "later")
     assert owner.data(KEY, scan, 2, np.array([4])) == [want[2][4]]
     assert LineMarkStore(str(tmp_path / "later"), writable=False).load(*KEY, 2, scan) is not None
 

@@ -128,7 +128,8 @@ class ScanRows:
         if scan["format"] == "parquet":
             return self._parquet_rows(key, scan, partition, positions)
         pos = np.asarray(positions, dtype=np.int64)
-        found = self._marked_lines(key, scan, partition, pos) if len(pos) <= _RARE else None
+        rare = 0 < len(pos) <= _RARE
+        found = self._marked_lines(key, scan, partition, pos) if rare else None
         if found is not None:  # rare rows, from the line marks before them
             file_of, starts_of, ends_of = found
             ok = np.flatnonzero(file_of >= 0)
