@@ -278,8 +278,9 @@ def test_marks_of_runs_gone_are_deleted_by_the_owner_only(tmp_path, monkeypatch)
 
 def test_a_traced_csv_run_keeps_marks_until_its_lineage_ages_off(lc, tmp_path):
     """Through the repository: an owner's trace of a CSV row makes its partition's marks
-    (rows equal the file's lines), a read-only open reads the same rows from them, and once
-    the run's logs have aged off the marks go too."""
+    (rows equal the file's lines), `mark_scan_lines` makes every partition's, a read-only
+    open reads the same rows from them, and once the run's logs have aged off the marks go
+    too."""
     import time
 
     from repository import ProvenanceRepository
@@ -296,7 +297,12 @@ def test_a_traced_csv_run_keeps_marks_until_its_lineage_ages_off(lc, tmp_path):
     want = [f"{r.k},{r.v or ''}" for r in rows[::250]]
     assert lc.repo.lineage.record_data(lc.run_id, ids) == want
     marks = os.path.join(lc.repo.path, "scans")
-    assert os.listdir(marks)
+    made = set(os.listdir(marks))
+    assert made
+    # All the run's partitions at once: those the trace made stay, the others are added.
+    parts = lc.repo.lineage.mark_scan_lines(lc.run_id)
+    assert parts >= len(made) and made <= set(os.listdir(marks))
+    assert len(os.listdir(marks)) == parts
     with ProvenanceRepository.open(lc.repo.path, read_only=True) as ro:
         assert ro.lineage.record_data(lc.run_id, ids) == want
     time.sleep(1.1)
