@@ -309,3 +309,35 @@ def test_a_traced_csv_run_keeps_marks_until_its_lineage_ages_off(lc, tmp_path):
     assert lc.repo.age_off(max_age=1).deleted_logs
     assert lc.run_id not in lc.repo.lineage.runs()
     assert os.listdir(marks) == []
+
+
+def test_cli_mark_lines_makes_the_marks_read_only_traces_use(spark, tmp_path, capsys, monkeypatch):
+    """`provrepo mark-lines` (an owner's command) makes every partition's marks of a run
+    captured and closed; a read-only open then reads its rows from them, never scanning."""
+    import json
+
+    from agent import LineageContext
+    from repository import ProvenanceRepository, RepositoryConfig
+    from repository.cli import main as cli
+
+    path = tmp_path / "in.csv"
+    lines = [f"{i},{'w' * (i % 11)}" for i in range(2000)]
+    path.write_text("k,v\n" + "\n".join(lines) + "\n")
+    repo_path = str(tmp_path / "repo")
+    with ProvenanceRepository.open(repo_path, RepositoryConfig(sync="none")) as repo:
+        lc = LineageContext(spark, repo)
+        df = lc.read.csv(str(path), header=True, schema="k INT, v STRING")
+        rows = df.dataframe.collect()
+        df.take(1)
+        run = lc.run_id
+    h = df.lineage_columns.longs[0]
+    capsys.readouterr()
+    assert cli(["mark-lines", repo_path, "--run", run, "--json"]) == 0
+    (made,) = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    assert made["partitions"][run] >= 1
+    assert len(os.listdir(os.path.join(repo_path, "scans"))) == made["partitions"][run]
+    assert cli(["mark-lines", repo_path, "--run", "no-such-run"]) != 0
+    ids = np.array([r[h] for r in rows[::97]], dtype=np.int64)
+    with ProvenanceRepository.open(repo_path, read_only=True) as ro:
+        _no_scans(monkeypatch)
+        assert ro.lineage.record_data(run, ids) == [f"{r.k},{r.v or ''}" for r in rows[::97]]

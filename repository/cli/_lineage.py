@@ -1,4 +1,6 @@
-"""`provrepo trace` and `provrepo runs`: lineage over stored events, read-only."""
+"""`provrepo trace`, `runs` and `culprits`: lineage over stored events, read-only;
+`provrepo mark-lines` makes line marks, so it takes the owner lock (exit 2 while another
+process owns the repository)."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ from .. import RunInfo, jsonable, resolve_record
 from ._args import (
     add_json_flag,
     non_negative_int,
+    open_owner,
     open_read_only,
     positive_int,
     record_ref,
@@ -121,6 +124,19 @@ def cmd_culprits(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_mark_lines(args: argparse.Namespace) -> int:
+    out: Output = args.output
+    with open_owner(args.repo) as repo:
+        index = repo.lineage
+        runs = [args.run] if args.run is not None else index.runs()
+        made = {run: index.mark_scan_lines(run) for run in runs}
+    out.result(
+        {"partitions": made},
+        lambda: [f"{run}: line marks for {n} partition(s)" for run, n in made.items()],
+    )
+    return 0
+
+
 def register(sub) -> None:
     p = sub.add_parser("trace", help="trace a record back to its inputs (or forward), JSON lines")
     p.add_argument("repo")
@@ -141,6 +157,15 @@ def register(sub) -> None:
     p.add_argument("--run", default=None, help="one run (default: every run)")
     p.add_argument("--data", action="store_true", help="include each record's raw data")
     p.set_defaults(func=cmd_culprits)
+
+    p = sub.add_parser(
+        "mark-lines",
+        help="store line marks of CSV / JSON / text scans (the owner's): rare rows read fast",
+    )
+    p.add_argument("repo")
+    p.add_argument("--run", default=None, help="one run (default: every run)")
+    add_json_flag(p, "the partitions marked per run, as one JSON object")
+    p.set_defaults(func=cmd_mark_lines)
 
     p = sub.add_parser("runs", help="lineage runs, their capture points and record counts")
     p.add_argument("repo")
