@@ -18,12 +18,16 @@ into its line (CSV, JSON lines, text: byte offsets, as for `textFile`) or its Pa
   `filterFileMetaDataByMidpoint`), every row of each (the agent turns filter pushdown off
   under its ids, so no row group is skipped).
 
-Lines are found with numpy over a read-only map of the file, only as far as the last row a
-trace asks for; a partition's line table (or its first rows) is cached (bounded in bytes) and
-extended when a later trace asks further. A rare row's Parquet row groups (a handful across
-partitions) are read together on threads, each decoded only up to its last wanted row, its
-dictionary-encoded strings kept as dictionaries until the wanted rows are taken; each file's
-footer is parsed once per read and must still list the row groups the run read.
+A rare row of a line format is read from the stored line mark before it (`_linemarks`: the
+offset of every 1,024th row), a few KB; an owner makes a partition's marks from all its lines
+when it has none. Without marks (a read-only open before any owner made them, or marks that
+do not hold), lines are found with numpy over a read-only map of the file, only as far as
+the last row a trace asks for; a partition's line table (or its first rows) is cached
+(bounded in bytes) and extended when a later trace asks further. A rare row's Parquet row
+groups (a handful across partitions) are read together on threads, each decoded only up to
+its last wanted row, its dictionary-encoded strings kept as dictionaries until the wanted
+rows are taken; each file's footer is parsed once per read and must still list the row
+groups the run read.
 A big group's trace asks for 0.3-0.6 M rows at once: lines are sliced per file in offset order
 from numpy arrays, and Parquet rows become pyspark Rows in bulk (one conversion per column,
 not a dict per row).
