@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 import uuid
+import weakref
 from collections.abc import Iterable
 from typing import Any
 
@@ -103,6 +104,10 @@ class LineageContext:
         if narrow not in NARROW_POLICIES:
             raise BadInput(f"narrow must be one of {', '.join(NARROW_POLICIES)}, got {narrow!r}")
         self.sc = sc  # None under Spark Connect: DataFrames and SQL only
+        if sc is not None:
+            from ._py4j import install_acyclic_proxies
+
+            install_acyclic_proxies()  # JVM plans released when dropped, not at cyclic GC
         self.spark = session
         if sc is not None:
             check_capture_python(sc)  # fails now, not in every task, if workers cannot capture
@@ -169,6 +174,9 @@ class LineageContext:
             from .dataframe import FrameAgent
 
             self._frames = FrameAgent(self, self.spark, self._aggregates)
+            # Nothing the agent holds points back here, so this context is freed as soon as
+            # it is dropped; the agent then drops its views and replay frames.
+            weakref.finalize(self, self._frames.release)
         return self._frames
 
     @property

@@ -30,41 +30,41 @@ class Plumbing:
     """A LineageContext seen from the DataFrame agent."""
 
     def __init__(self, lc: LineageContext) -> None:
-        self.lc = lc
+        # The context's parts, not the context: the context holds the DataFrame agent, which
+        # holds this, and a reference back would put the context in a reference cycle (it is
+        # then freed only by Python's cyclic GC, and with it the frames it keeps for replay).
+        self.run_id: str = lc.run_id
+        self.capture = bool(lc.capture)
+        self.on_error: str = lc.on_error
+        self.writer_spec = lc.writer_spec
+        self._planner = lc.planner
+        self._repo = lc.repo
+        self._sc = lc.sc
         # output capture point -> the LineageDataFrame its action ran on (for replay)
         self.frames_of: dict[int, Any] = {}
         # Called with an action's error before it propagates (UDF culprits: `_udf.blame`).
         self.on_failure: Callable[[BaseException, Any], None] | None = None
+        # Set once the context is gone: no replay can ask for an action's frame any more.
+        self.released = False
 
-    @property
-    def capture(self) -> bool:
-        return bool(self.lc.capture)
-
-    @property
-    def run_id(self) -> str:
-        return self.lc.run_id
-
-    @property
-    def on_error(self) -> str:
-        return self.lc.on_error
-
-    @property
-    def writer_spec(self):
-        return self.lc.writer_spec
+    def release(self) -> None:
+        """Forget the frames kept for replay (the context is gone)."""
+        self.released = True
+        self.frames_of.clear()
 
     def node_name(self, op: str) -> str:
-        return self.lc.planner.node_name(op)
+        return self._planner.node_name(op)
 
     def source_cp(self, op: str, partitions: int, **extra: Any) -> CapturePoint:
         """A capture point whose records are a DataFrame source's rows."""
         name = self.node_name(op)
-        return self.lc.planner.capture_point(name, op, "RECEIVE", [], "source", partitions, **extra)
+        return self._planner.capture_point(name, op, "RECEIVE", [], "source", partitions, **extra)
 
     def output_cp(self, action: str, parents: list[int], of: str) -> CapturePoint:
         """A capture point whose records are an action's output rows; their parents are
         records of `parents` (source rows, or group records of deferred aggregates)."""
         name = self.node_name(action)
-        return self.lc.planner.capture_point(
+        return self._planner.capture_point(
             name, action, "SEND", sorted(parents), "shuffle", 1, of=of
         )
 
@@ -87,7 +87,7 @@ class Plumbing:
         batch = LineageBatch.build(
             event_time_ns=time.time_ns(),
             event_type=EventType(cp.event_type),
-            run_id=self.lc.run_id,
+            run_id=self.run_id,
             component_id=cp.component_id,
             component_type=cp.component_type,
             partition=partition,
@@ -98,14 +98,15 @@ class Plumbing:
             values=values,
             attributes=attributes,
         )
-        self.lc.repo.register_events(batch)
+        self._repo.register_events(batch)
 
     @contextmanager
     def action(self, frame: Any, cp: CapturePoint) -> Iterator[None]:
         """Around an action: describe the run and roll over afterwards; the frame's
         `lineage()` is then this action's output."""
-        with self.lc.planner.action(cp):
-            self.frames_of[cp.number] = frame
+        with self._planner.action(cp):
+            if not self.released:
+                self.frames_of[cp.number] = frame
             try:
                 yield
             except Exception as error:
@@ -115,7 +116,7 @@ class Plumbing:
             frame.last_output = cp
 
     def lineage_of(self, cp: CapturePoint) -> LineageRDD:
-        return self.lc.planner.lineage_of(cp)
+        return self._planner.lineage_of(cp)
 
     def capture_python(self, modules: tuple[str, ...]) -> Any:
         """Python functions built inside run an interpreter that can import `modules` (the
@@ -124,13 +125,17 @@ class Plumbing:
 
         from .._interpreter import capture_python
 
-        return capture_python(self.lc.sc, modules) if self.lc.sc is not None else nullcontext()
+        return capture_python(self._sc, modules) if self._sc is not None else nullcontext()
 
     def rollover(self) -> None:
-        self.lc.repo.rollover()
+        self._repo.rollover()
+
+    def run_info(self) -> Any:
+        """This run's descriptor as stored (capture points by number)."""
+        return self._repo.lineage.run_info(self.run_id)
 
     def stored_parents(self, record_ids: np.ndarray) -> dict[int, np.ndarray]:
-        return self.lc.repo.lineage.parent_lists(self.lc.run_id, record_ids)
+        return self._repo.lineage.parent_lists(self.run_id, record_ids)
 
 
 def pickled(values: list) -> list[bytes]:

@@ -93,7 +93,7 @@ def _at_sources(
     agent: FrameAgent, frame: LineageDataFrame, ids: np.ndarray, what: str
 ) -> dict[int, np.ndarray]:
     """`ids` by source capture point; anything but `frame`'s sources' rows is refused."""
-    info = agent.plumbing.lc.repo.lineage.run_info(agent.plumbing.run_id)
+    info = agent.plumbing.run_info()
     cps = unpack_record_ids(ids)[0]
     out: dict[int, np.ndarray] = {}
     for n in sorted(int(c) for c in np.unique(cps)):

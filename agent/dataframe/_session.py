@@ -43,6 +43,16 @@ class FrameAgent:
         self.plumbing.on_failure = self.udfs.blame
         self._lock = threading.Lock()
 
+    def release(self) -> None:
+        """Drop what only the context could use (the views for `lc.sql`, the action frames
+        for `lc.replay`, the UDF call sites' inputs for culprits), once it is gone: they
+        point back here, and would otherwise keep their plans alive until Python's cyclic
+        GC. Frames the user holds still work."""
+        with self._lock:
+            self.views.clear()
+        self.plumbing.release()
+        self.udfs.release()
+
     def capture_python(self, modules: tuple[str, ...]) -> Any:
         """Build Python functions (UDFs, taps) that run capture code inside this."""
         return self.plumbing.capture_python(modules)

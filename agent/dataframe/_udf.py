@@ -118,6 +118,14 @@ class LineageUDFRegistration:
         # each with the frame whose operator it was)
         self.sites: dict[str, tuple[Any, tuple, list[tuple[Any, Any, Lineage]]]] = {}
         self.direct = False  # whether any call took the row's ids as its argument
+        self._released = False
+
+    def release(self) -> None:
+        """Forget the call sites' inputs (frames that point back to the agent), once the
+        context is gone: an action that fails then finds no culprit by probing."""
+        self._released = True
+        for _, _, inputs in self.sites.values():
+            inputs.clear()
 
     def source(self, owner: Any, df: Any, lin: Lineage, cols: tuple) -> Any:
         """The DataFrame an operator of frame `owner` over `df` evaluates `cols` on: `df`
@@ -131,7 +139,7 @@ class LineageUDFRegistration:
 
         texts = [column_text(c) for c in cols if not isinstance(c, int | bool)]
         for site in {m for t in texts for m in _SITE.findall(t)}:
-            if site in self.sites:
+            if site in self.sites and not self._released:
                 self.sites[site][2].append((owner, df, lin))
         if not any(CURRENT in t for t in texts):
             return df
