@@ -97,7 +97,7 @@ class LineageUDF:
                 return inner(*cols, F.col(CURRENT), F.lit(token))
             if forms is not None and forms.by_site:
                 site = fresh("site") + "_"
-                self._agent.udfs.sites[site] = (forms.probe(len(cols)), cols, [])
+                self._agent.udfs.add_site(site, forms.probe(len(cols)), cols)
                 return forms.site(len(cols), site)(*cols)
             self._agent.udfs.direct = True
             inner = self._inner if forms is None else forms.call(len(cols))
@@ -121,11 +121,17 @@ class LineageUDFRegistration:
         self._released = False
 
     def release(self) -> None:
-        """Forget the call sites' inputs (frames that point back to the agent), once the
-        context is gone: an action that fails then finds no culprit by probing."""
+        """Forget the call sites (their inputs are frames that point back to the agent, their
+        arguments Columns), once the context is gone: an action that fails then finds no
+        culprit by probing. The skip-mode calls stay: operators still drop failing rows."""
         self._released = True
-        for _, _, inputs in self.sites.values():
-            inputs.clear()
+        self.sites.clear()
+
+    def add_site(self, site: str, probe: Any, cols: tuple) -> None:
+        """A call site of a UDF, probed for culprits when an action using it fails (not once
+        the context is gone: nothing would release it)."""
+        if not self._released:
+            self.sites[site] = (probe, cols, [])
 
     def source(self, owner: Any, df: Any, lin: Lineage, cols: tuple) -> Any:
         """The DataFrame an operator of frame `owner` over `df` evaluates `cols` on: `df`
@@ -139,7 +145,7 @@ class LineageUDFRegistration:
 
         texts = [column_text(c) for c in cols if not isinstance(c, int | bool)]
         for site in {m for t in texts for m in _SITE.findall(t)}:
-            if site in self.sites and not self._released:
+            if site in self.sites:
                 self.sites[site][2].append((owner, df, lin))
         if not any(CURRENT in t for t in texts):
             return df
