@@ -35,29 +35,16 @@ class AcyclicJavaObject(JavaObject):
         return JavaMember(name, self, self._target_id, self._gateway_client)
 
 
-_KINDS: dict[str, type] = {_protocol.REFERENCE_TYPE: AcyclicJavaObject}
-
-
 def install_acyclic_proxies() -> None:
-    """Make py4j return proxies without the method cache's cycle, for every gateway of this
-    process (py4j's output converters are global); idempotent. Only the proxies' lifetime
-    changes: the same JVM objects, calls and answers."""
+    """Make py4j return these proxies for JVM objects, for every gateway of this process
+    (py4j's output converters are global); idempotent. Only the proxies' lifetime changes:
+    the same JVM objects, calls and answers."""
     global _installed
     with _lock:
-        if _installed:
-            return
-        for kind, cls in _KINDS.items():
-            _protocol.register_output_converter(kind, _converter(cls))
-        _installed = True
+        if not _installed:
+            _protocol.register_output_converter(_protocol.REFERENCE_TYPE, _proxy)
+            _installed = True
 
 
-def acyclic_proxies_installed() -> bool:
-    """Whether py4j returns the acyclic proxies in this process."""
-    return _installed
-
-
-def _converter(cls: type) -> Any:
-    def convert(target_id: str, gateway_client: Any) -> Any:
-        return cls(target_id, gateway_client)
-
-    return convert
+def _proxy(target_id: str, gateway_client: Any) -> AcyclicJavaObject:
+    return AcyclicJavaObject(target_id, gateway_client)
