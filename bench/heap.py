@@ -31,6 +31,8 @@ sys.path.insert(0, os.path.dirname(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
 from _common import load_text, local_spark, median
 
+VARIANTS = ("captured", "vanilla")
+
 
 def heap_used_mb(spark) -> float:
     """The JVM's used heap after a full GC, in MB."""
@@ -44,12 +46,18 @@ def heap_used_mb(spark) -> float:
     return (rt.totalMemory() - rt.freeMemory()) / 2**20
 
 
+def year(s):
+    """The UDF query's function (dataframe.py's), defined here so that it is pickled by value:
+    Python workers cannot import bench modules."""
+    return int(s[:4])
+
+
 def measure(args) -> dict:
     """This interpreter's series: heap after each run, and the cyclic collections that ran."""
     import gc
 
     import _tpch
-    from dataframe import build, year
+    from dataframe import build
     from pyspark.sql import functions as F
 
     from agent import LineageContext
@@ -66,7 +74,7 @@ def measure(args) -> dict:
         vanilla_udf = F.udf(year, "int")
         for run in range(args.runs):
             for name in args.queries.split(","):
-                for variant in ("captured", "vanilla"):
+                for variant in VARIANTS:
                     full_before = gc.get_stats()[2]["collections"]
                     if variant == "vanilla":
                         tables = _tpch.read(spark.read, folder, "parquet")
@@ -137,10 +145,14 @@ def main() -> int:
             with open(tmp.name) as f:
                 results[label] = json.load(f)
     print(f"  load {load_text()}")
-    series = {label: summary(label, r) for label, r in results.items()}
-    if "baseline" in series:
-        b, t = series["baseline"], series["this"]
-        print(f"  this / baseline: median {median(t) / median(b):.2f}x, max {max(t) / max(b):.2f}x")
+    series = {(label, v): summary(label, r, v) for label, r in results.items() for v in VARIANTS}
+    if "baseline" in results:
+        for v in VARIANTS:
+            b, t = series["baseline", v], series["this", v]
+            print(
+                f"  {v}, this / baseline: median {median(t) / median(b):.2f}x, "
+                f"max {max(t) / max(b):.2f}x"
+            )
     return 0
 
 
