@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import gc
 import os
 import shutil
 import sys
@@ -206,11 +205,6 @@ def run_query(spark, F, folder, fmt, name, runs, work, policies=()) -> None:
         # Each variant goes first in turn: the first job of a round pays for cold caches.
         k = run % len(order)
         for variant in order[k:] + order[:k]:
-            # The last run's frames are garbage in reference cycles (py4j's JavaObject and
-            # its JavaMembers, the wrappers' recipes) that keep JVM plans and broadcast
-            # relations alive until Python's cyclic GC runs: 200 MB more after a full JVM
-            # GC at SF 0.2, in a 1g heap. Collected here, untimed.
-            gc.collect()
             if variant == "vanilla":
                 t0 = time.perf_counter()
                 vanilla()
