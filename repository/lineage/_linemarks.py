@@ -5,6 +5,9 @@ means counting the lines before it: a scan of up to a whole 128 MB piece. Line m
 for one (run, capture point, partition), the row number and byte offset of the first kept
 line of every piece and of every `EVERY`-th kept line after it, and how many rows the
 partition has: a trace then seeks to the mark at or before its row and reads a few KB.
+Marks may cover a prefix of the partition only (`complete` False: its first `total` rows),
+as a trace made them from the lines it scanned anyway; a later trace beyond that prefix
+scans on from the last mark and stores the longer marks.
 
 Marks are derived data (invariant 1), kept in `<repository>/scans/`, one file per
 partition, written atomically by an owner (read-only opens never write) and checksummed,
@@ -42,12 +45,18 @@ _SUFFIX = ".marks"
 class LineMarks:
     """One partition's marks: `rows[k]` is the row number of the kept line starting at byte
     `offsets[k]` of piece `pieces[k]` (ascending rows; every piece with rows starts with a
-    mark); `total` is how many rows the partition has."""
+    mark); `total` is how many rows the partition has (`complete`), or how many of its
+    first rows the marks cover (a prefix: the partition has at least that many)."""
 
     rows: np.ndarray
     pieces: np.ndarray
     offsets: np.ndarray
     total: int
+    complete: bool = True
+
+    def covers(self, need: int | None) -> bool:
+        """Whether the marks cover the partition's first `need` rows (None: all of them)."""
+        return self.complete or (need is not None and need <= self.total)
 
     @property
     def nbytes(self) -> int:
@@ -139,7 +148,14 @@ def _run_tag(run: str) -> str:
 
 
 def _encode(marks: LineMarks, digest: str) -> bytes:
-    head = json.dumps({"digest": digest, "count": len(marks.rows), "total": marks.total})
+    head = json.dumps(
+        {
+            "digest": digest,
+            "count": len(marks.rows),
+            "total": marks.total,
+            "complete": marks.complete,
+        }
+    )
     body = b"".join(
         (
             head.encode() + b"\n",
@@ -162,7 +178,11 @@ def _decode(blob: bytes, digest: str, n_pieces: int) -> LineMarks | None:
     try:
         head: Any = json.loads(body[:nl])
         count, total = int(head["count"]), int(head["total"])
-    except (ValueError, KeyError, TypeError):
+        # Files written before prefixes existed hold whole partitions' marks.
+        complete = head.get("complete", True)
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return None
+    if not isinstance(complete, bool):
         return None
     if head.get("digest") != digest or count < 0 or len(body) != nl + 1 + 24 * count:
         return None
@@ -180,6 +200,7 @@ def _decode(blob: bytes, digest: str, n_pieces: int) -> LineMarks | None:
         or (offsets < 0).any()
     ):
         return None
-    if not count and total:
+    # No marks: a partition without rows; a prefix holds at least its first row's mark.
+    if not count and (total or not complete):
         return None
-    return LineMarks(rows, pieces, offsets, total)
+    return LineMarks(rows, pieces, offsets, total, complete)
