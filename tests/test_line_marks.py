@@ -341,3 +341,142 @@ def test_cli_mark_lines_makes_the_marks_read_only_traces_use(spark, tmp_path, ca
     with ProvenanceRepository.open(repo_path, read_only=True) as ro:
         _no_scans(monkeypatch)
         assert ro.lineage.record_data(run, ids) == [f"{r.k},{r.v or ''}" for r in rows[::97]]
+
+
+def _whole_marks(tmp_path, scan: dict, part: int) -> LineMarks:
+    store = LineMarkStore(str(tmp_path / "whole"), writable=True)
+    assert ScanRows(store).has_line_marks(KEY, scan, part)
+    marks = store.load(*KEY, part, scan)
+    assert marks is not None and marks.complete
+    return marks
+
+
+@pytest.mark.parametrize("eol", ["\n", "\r\n"])
+def test_a_first_trace_stores_marks_of_the_prefix_it_scanned(tmp_path, monkeypatch, eol):
+    """An owner's first trace of a partition scans only up to its last row and stores the
+    marks of that prefix (not the whole partition's): rows within it are read from them
+    exactly as the files split in Python give them, never scanning from the start."""
+    monkeypatch.setattr(_scans, "EVERY", 7)
+    monkeypatch.setattr(_scans, "_STEP", 256)  # a piece is scanned in steps: a prefix stops
+    scan, want = _corpus(tmp_path, eol)
+    d = str(tmp_path / "marks")
+    part, n = 1, len(want[1])
+    p = n // 5
+    assert ScanRows(LineMarkStore(d, writable=True)).data(KEY, scan, part, np.array([p])) == [
+        want[part][p]
+    ]
+    marks = LineMarkStore(d, writable=False).load(*KEY, part, scan)
+    assert marks is not None and not marks.complete
+    assert p < marks.total < n // 2
+    whole = _whole_marks(tmp_path, scan, part)
+    k = len(marks.rows)
+    # The prefix's marks are the whole partition's first ones, on the same grid.
+    assert marks.rows.tolist() == whole.rows[:k].tolist()
+    assert marks.pieces.tolist() == whole.pieces[:k].tolist()
+    assert marks.offsets.tolist() == whole.offsets[:k].tolist()
+    assert whole.rows[k] >= marks.total  # no mark of a row the prefix does not hold
+    with monkeypatch.context() as m:
+        _no_scans(m)
+        rows = ScanRows(LineMarkStore(d, writable=False))
+        inside = [0, 1, 6, 7, 8, p, marks.total - 1, *range(0, marks.total, 3)]
+        got = rows.data(KEY, scan, part, np.array(inside))
+        assert got == [want[part][q] for q in inside]
+
+
+@pytest.mark.parametrize("eol", ["\n", "\r\n"])
+def test_a_trace_beyond_the_prefix_extends_the_marks(tmp_path, monkeypatch, eol):
+    """A trace past the stored prefix scans on from its last mark (not from the partition's
+    start) and stores the longer marks, equal to the whole partition's first ones; a
+    read-only open extends them in memory only; count() completes them."""
+    monkeypatch.setattr(_scans, "EVERY", 7)
+    monkeypatch.setattr(_scans, "_STEP", 256)
+    scan, want = _corpus(tmp_path, eol)
+    d = str(tmp_path / "marks")
+    part, n = 1, len(want[1])
+    whole = _whole_marks(tmp_path, scan, part)
+    owner = LineMarkStore(d, writable=True)
+    assert ScanRows(owner).data(KEY, scan, part, np.array([10])) == [want[part][10]]
+    short = owner.load(*KEY, part, scan)
+    assert short is not None and not short.complete
+    # Read-only, beyond the prefix: the right rows, the file untouched.
+    before = Path(owner.path(*KEY, part, scan)).read_bytes()
+    far = [n - 3, 2, n // 2]
+    reader = ScanRows(LineMarkStore(d, writable=False))
+    assert reader.data(KEY, scan, part, np.array(far)) == [want[part][q] for q in far]
+    assert Path(owner.path(*KEY, part, scan)).read_bytes() == before
+    # An owner, beyond the prefix: scanned on from the last mark only.
+    begins = []
+    kept = _scans._kept_lines
+
+    def spy(scan_, piece, max_lines, begin, step=None):
+        begins.append((tuple(piece), begin))
+        return kept(scan_, piece, max_lines, begin, step)
+
+    monkeypatch.setattr(_scans, "_kept_lines", spy)
+    q = (2 * n) // 3
+    assert ScanRows(owner).data(KEY, scan, part, np.array([q, 3])) == [want[part][q], want[part][3]]
+    last = len(short.rows) - 1
+    piece = scan["partitions"][part][int(short.pieces[last])]
+    assert begins[0] == (tuple(piece), int(short.offsets[last]))
+    longer = owner.load(*KEY, part, scan)
+    assert longer is not None and not longer.complete and q < longer.total < n
+    k = len(longer.rows)
+    assert k > len(short.rows)
+    assert longer.rows.tolist() == whole.rows[:k].tolist()
+    assert longer.pieces.tolist() == whole.pieces[:k].tolist()
+    assert longer.offsets.tolist() == whole.offsets[:k].tolist()
+    # Past the end: the marks are completed, the rows after it are None.
+    assert ScanRows(owner).data(KEY, scan, part, np.array([n + 4, n - 1])) == [None, want[part][-1]]
+    done = owner.load(*KEY, part, scan)
+    assert done is not None and done.complete and done.total == n
+    assert done.offsets.tolist() == whole.offsets.tolist()
+    assert done.rows.tolist() == whole.rows.tolist()
+    # count() of a prefix completes it too.
+    ScanRows(owner).data(KEY, scan, 2, np.array([5]))
+    assert not owner.load(*KEY, 2, scan).complete
+    assert ScanRows(owner).count(KEY, scan, 2) == len(want[2])
+    assert owner.load(*KEY, 2, scan).complete
+    # A read-only open extends a prefix (partition 0's) in memory, never scanning from the start.
+    ScanRows(owner).data(KEY, scan, 0, np.array([2]))
+    assert not owner.load(*KEY, 0, scan).complete
+    with monkeypatch.context() as m:
+        _no_scans(m)
+        _check(ScanRows(LineMarkStore(d, writable=False)), scan, want, np.random.default_rng(8))
+    assert not owner.load(*KEY, 0, scan).complete
+
+
+@pytest.mark.parametrize("how", ["torn", "flipped", "empty", "longer", "shifted"])
+def test_damaged_partial_marks_fall_back_to_the_scan(tmp_path, monkeypatch, how):
+    """Partial marks that are torn or corrupt (checksum), promise more rows than the file
+    has after their last mark, or whose last mark is not a line start are not used: the same rows come back scanned, and an owner makes them again."""
+    monkeypatch.setattr(_scans, "EVERY", 7)
+    monkeypatch.setattr(_scans, "_STEP", 256)
+    scan, want = _corpus(tmp_path, "\n")
+    d = str(tmp_path / "marks")
+    part, n = 1, len(want[1])
+    owner = LineMarkStore(d, writable=True)
+    assert ScanRows(owner).data(KEY, scan, part, np.array([20])) == [want[part][20]]
+    good = owner.load(*KEY, part, scan)
+    assert good is not None and not good.complete
+    if how in ("torn", "flipped", "empty"):
+        _damage(owner.path(*KEY, part, scan), how)
+        assert owner.load(*KEY, part, scan) is None
+    else:
+        rows, pieces, offsets, total = good.rows, good.pieces, good.offsets, good.total
+        if how == "longer":  # more rows than there are, all after the last mark
+            bad = LineMarks(rows, pieces, offsets, n + 40, False)
+        else:  # the last mark moved off its line start
+            bad = LineMarks(
+                rows, pieces, offsets + (np.arange(len(rows)) == len(rows) - 1), total, False
+            )
+        owner.save(*KEY, part, scan, bad)
+    positions = [n - 1, 3, good.total - 1, good.total, *range(0, n, 9), n, n + 3]
+    expect = [want[part][q] if q < n else None for q in positions]
+    assert (
+        ScanRows(LineMarkStore(d, writable=False)).data(KEY, scan, part, np.array(positions))
+        == expect
+    )
+    if how in ("torn", "flipped", "empty"):
+        assert ScanRows(owner).data(KEY, scan, part, np.array(positions)) == expect
+        remade = owner.load(*KEY, part, scan)
+        assert remade is not None and remade.complete and remade.total == n

@@ -19,11 +19,14 @@ into its line (CSV, JSON lines, text: byte offsets, as for `textFile`) or its Pa
   under its ids, so no row group is skipped).
 
 A rare row of a line format is read from the stored line mark before it (`_linemarks`: the
-offset of every 1,024th row), a few KB; an owner makes a partition's marks from all its lines
-when it has none. Without marks (a read-only open before any owner made them, or marks that
-do not hold), lines are found with numpy over a read-only map of the file, only as far as
-the last row a trace asks for; a partition's line table (or its first rows) is cached
-(bounded in bytes) and extended when a later trace asks further. A rare row's Parquet row
+offset of every 1,024th row), a few KB. An owner's first trace of a partition makes its
+marks from the lines it scans anyway (up to its last row: a prefix of the partition), and a
+trace beyond that prefix scans on from the last mark and stores the longer marks (a
+read-only open extends them in memory only). Without marks (a read-only open before any
+owner made them, or marks that do not hold), lines are found with numpy over a read-only
+map of the file, only as far as the last row a trace asks for; a partition's line table
+(or its first rows) is cached (bounded in bytes) and extended when a later trace asks
+further. A rare row's Parquet row
 groups (a handful across partitions) are read together on threads, each decoded only up to
 its last wanted row, its dictionary-encoded strings kept as dictionaries until the wanted
 rows are taken; each file's footer is parsed once per read and must still list the row
@@ -109,6 +112,27 @@ class _Lines:
         # piece's own start).
         self.piece, self.resume = piece, resume
         self.nbytes = file.nbytes + starts.nbytes + ends.nbytes + 64
+
+
+class _Found:
+    """A trace's positions of one partition and the file index, start and end of each one's
+    line (-1: not found yet), filled in by the scans that meet them."""
+
+    __slots__ = ("done", "ends", "file", "pos", "starts")
+
+    def __init__(self, pos: np.ndarray) -> None:
+        self.pos = pos
+        self.file = np.full(len(pos), -1, dtype=np.int32)
+        self.starts = np.full(len(pos), -1, dtype=np.int64)
+        self.ends = self.starts.copy()
+        self.done = np.zeros(len(pos), dtype=bool)
+
+    def take(self, first: int, fi: int, starts: np.ndarray, ends: np.ndarray) -> None:
+        """Rows `first`, `first + 1`, ... are the lines `starts`/`ends` of file `fi`."""
+        ks = np.flatnonzero((self.pos >= first) & (self.pos < first + len(starts)))
+        local = self.pos[ks] - first
+        self.file[ks], self.starts[ks], self.ends[ks] = fi, starts[local], ends[local]
+        self.done[ks] = True
 
 
 class ScanRows:
@@ -201,7 +225,8 @@ class ScanRows:
         self._check_files(key, scan)
         if scan["format"] == "parquet":
             return int(sum(n for _, _, n in _parquet_groups(scan, partition)))
-        marks = self._line_marks(key, scan, partition, build=False)
+        # Marks of a prefix are extended to the end: cheaper than all the lines from the start.
+        marks = self._line_marks(key, scan, partition, None, build=False)
         if marks is not None:
             return marks.total
         return len(self.lines(key, scan, partition).starts)
@@ -235,12 +260,13 @@ class ScanRows:
         return None
 
     def has_line_marks(self, key: Any, scan: dict, partition: int) -> bool:
-        """Whether a line-format partition has usable stored line marks, an owner making
-        them first if it has none (a trace's first rare row of the partition does so too)."""
+        """Whether a line-format partition has usable line marks of all its rows, an owner
+        making (or completing) and storing them first if it has none (a trace's rare row of
+        the partition makes those up to it)."""
         self._check_files(key, scan)
         if scan["format"] == "parquet":
             return False
-        return self._line_marks(key, scan, partition) is not None
+        return self._line_marks(key, scan, partition, None) is not None
 
     def forget_marks_but(self, live_runs: set[str]) -> int:
         """Delete the stored line marks of runs not in `live_runs` (an owner's; else none)."""
@@ -249,47 +275,83 @@ class ScanRows:
     # -- line marks ------------------------------------------------------------------------
 
     def _line_marks(
-        self, key: Any, scan: dict, partition: int, build: bool = True
+        self,
+        key: Any,
+        scan: dict,
+        partition: int,
+        need: int | None,
+        build: bool = True,
+        found: _Found | None = None,
     ) -> LineMarks | None:
-        """The partition's stored line marks (cached per open); an owner makes and stores
-        them when there are none usable (`build`). None: there are none (read the lines)."""
+        """The partition's line marks covering at least its first `need` rows (None: all of
+        them), cached per open. Stored marks of a shorter prefix are extended from their last
+        mark; an owner makes them from the partition's start when it has none (`build`), and
+        stores what it made; `found` takes the lines of its positions such a scan meets.
+        None: no marks (read the lines)."""
         if self._marks is None:
             return None
         ck = (key, "marks", partition)
         hit = self._get(ck)
-        if hit is not None:
-            return hit or None  # False: looked for, none usable
+        if hit is False:
+            return None  # looked for, none usable
         run, cp = key
-        marks = self._marks.load(run, cp, partition, scan)
-        if marks is None and build and self._marks.writable:
-            marks = _build_marks(scan, partition)
-            # A file changed during the scan would have given marks that do not fit it.
-            if not _files_unchanged(scan, partition):
-                raise SourceChanged(
-                    f"a source file of {key} partition {partition} changed while it was read: "
-                    "its rows cannot be re-read by position"
-                )
-            if marks is not None:
-                try:
-                    self._marks.save(run, cp, partition, scan, marks)
-                except OSError as e:  # derived data: the trace goes on, the next one retries
-                    log.warning("line marks of %s partition %d not stored: %s", key, partition, e)
-        if marks is not None:
-            self._put(ck, marks, marks.nbytes)
-        elif build or not self._marks.writable:  # an owner's count() leaves the making to data
-            self._put(ck, False, 64)
-        return marks
+        marks = hit if hit is not None else self._marks.load(run, cp, partition, scan)
+        if marks is not None and marks.covers(need):
+            if hit is None:
+                self._put(ck, marks, marks.nbytes)
+            return marks
+        if marks is None and not (build and self._marks.writable):
+            # A read-only open scans instead; an owner's count() leaves the making to data.
+            if not self._marks.writable:
+                self._put(ck, False, 64)
+            return None
+        try:
+            made = _extend_marks(scan, partition, marks, need, found)
+        except _MarksWrong as e:
+            log.warning(
+                "line marks of %s partition %d do not hold (%s): scanning", key, partition, e
+            )
+            self._put(ck, False, 64, replace=True)
+            return None
+        # A file changed during the scan would have given marks that do not fit it.
+        if not _files_unchanged(scan, partition):
+            raise SourceChanged(
+                f"a source file of {key} partition {partition} changed while it was read: "
+                "its rows cannot be re-read by position"
+            )
+        if made is None:  # lines that cannot be read by position: the scan says why
+            if marks is None:
+                self._put(ck, False, 64)
+            return None
+        if self._marks.writable:
+            try:
+                self._marks.save(run, cp, partition, scan, made)
+            except OSError as e:  # derived data: the trace goes on, the next one retries
+                log.warning("line marks of %s partition %d not stored: %s", key, partition, e)
+        with self._lock:
+            # Another thread may have extended them further meanwhile: keep the longer.
+            now = self._cache.get(ck)
+        if now is not None and now[0] is not False and now[0].covers(made.total):
+            return made
+        self._put(ck, made, made.nbytes, replace=True)
+        return made
 
     def _marked_lines(
         self, key: Any, scan: dict, partition: int, pos: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
         """File index, start and end of each position's line (-1 past the end), read from
         the line marks before them; None when there are no marks (or they do not hold)."""
-        marks = self._line_marks(key, scan, partition)
+        # Rows a scan extending the marks meets are taken from it (not read again from a mark).
+        found = _Found(pos)
+        marks = self._line_marks(key, scan, partition, int(pos.max()) + 1, found=found)
         if marks is None:
             return None
+        rest = np.flatnonzero(~found.done)
         try:
-            return _lines_from_marks(scan, partition, marks, pos)
+            if len(rest):
+                lines = _lines_from_marks(scan, partition, marks, pos[rest])
+                found.file[rest], found.starts[rest], found.ends[rest] = lines
+            return found.file, found.starts, found.ends
         except _MarksWrong as e:
             log.warning(
                 "line marks of %s partition %d do not hold (%s): scanning", key, partition, e
@@ -649,25 +711,73 @@ def _kept_lines(
         raw *= 2  # blank, comment or header lines dropped: scan further
 
 
-def _build_marks(scan: dict, partition: int) -> LineMarks | None:
-    """A partition's line marks, from all its lines (None if they cannot be read by
-    position: the trace that reads up to its row says why, as before)."""
-    rows, pieces, offsets = [], [], []
-    got = 0
+def _extend_marks(
+    scan: dict,
+    partition: int,
+    marks: LineMarks | None,
+    need: int | None,
+    found: _Found | None = None,
+) -> LineMarks | None:
+    """The partition's line marks covering at least its first `need` rows (None: all),
+    scanned from its start, or from the last of `marks` (a prefix: its rows after that mark
+    are scanned again, at most `EVERY`); `found` takes the lines of its positions scanned.
+    None if the lines cannot be read by position (the trace that reads up to its row says
+    why, as before). `_MarksWrong`: `marks` do not fit the file."""
+    pieces = scan["partitions"][partition]
+    rows: list[np.ndarray] = []
+    marked: list[np.ndarray] = []
+    offsets: list[np.ndarray] = []
+    got, first, begin = 0, 0, None
+    if marks is not None and len(marks.rows):
+        last = len(marks.rows) - 1
+        rows, marked, offsets = [marks.rows[:last]], [marks.pieces[:last]], [marks.offsets[:last]]
+        got, first, begin = int(marks.rows[last]), int(marks.pieces[last]), int(marks.offsets[last])
+        _check_line_start(scan, pieces[first], begin)
+    complete = True
     try:
-        for j, piece in enumerate(scan["partitions"][partition]):
-            s, _, _ = _kept_lines(scan, piece, None, None)
+        for j in range(first, len(pieces)):
+            if need is not None and got >= need:
+                complete = False
+                break
+            at = begin if j == first else None
+            s, e, stop = _kept_lines(scan, pieces[j], None if need is None else need - got, at)
+            if at is not None and not (len(s) and s[0] == at):
+                raise _MarksWrong(f"offset {at} is not a kept line")
+            if found is not None:
+                found.take(got, pieces[j][0], s, e)
+            # Every piece's first row and every EVERY-th after it (a resumed mark is one).
             idx = np.arange(0, len(s), EVERY, dtype=np.int64)
             rows.append(got + idx)
-            pieces.append(np.full(len(idx), j, dtype=np.int64))
+            marked.append(np.full(len(idx), j, dtype=np.int64))
             offsets.append(s[idx])
             got += len(s)
+            if stop is not None:  # the piece's later lines are not scanned: a prefix
+                complete = False
+                break
     except BadInput:
         return None
-    if not rows:
+    if marks is not None and got < marks.total:
+        raise _MarksWrong(f"fewer lines after the last mark than the {marks.total} marked")
+    if not got:
         empty = np.array([], dtype=np.int64)
         return LineMarks(empty, empty, empty, 0)
-    return LineMarks(np.concatenate(rows), np.concatenate(pieces), np.concatenate(offsets), got)
+    return LineMarks(
+        np.concatenate(rows), np.concatenate(marked), np.concatenate(offsets), got, complete
+    )
+
+
+def _check_line_start(scan: dict, piece: list, offset: int) -> None:
+    """`_MarksWrong` unless `offset` may start one of the piece's lines: the file's first
+    byte or one after a newline, inside the piece (marks made from another file's bytes are
+    caught here, or by the count of lines after them)."""
+    fi, start, length = piece
+    if not (start < offset <= start + length or offset == start == 0):
+        raise _MarksWrong(f"offset {offset} outside its piece")
+    if offset > 0:
+        path = scan["files"][fi][0]
+        with open(path, "rb") as f:
+            if os.pread(f.fileno(), 1, offset - 1) != b"\n":
+                raise _MarksWrong(f"offset {offset} of {path} is not a line start")
 
 
 def _files_unchanged(scan: dict, partition: int) -> bool:
@@ -691,6 +801,8 @@ def _lines_from_marks(
     file_of = np.full(len(pos), -1, dtype=np.int32)
     starts_of = np.full(len(pos), -1, dtype=np.int64)
     ends_of = starts_of.copy()
+    if not marks.covers(int(pos.max()) + 1 if len(pos) else 0):
+        raise _MarksWrong(f"marks of the first {marks.total} rows only")
     inside = np.flatnonzero((pos >= 0) & (pos < marks.total))
     if not len(inside):
         return file_of, starts_of, ends_of
@@ -700,16 +812,9 @@ def _lines_from_marks(
         ks = inside[mark == m]
         first, offset = int(marks.rows[m]), int(marks.offsets[m])
         piece = pieces[int(marks.pieces[m])]
-        fi, start, length = piece
+        fi = piece[0]
         path = scan["files"][fi][0]
-        # A mark names a line start inside its piece: the file's first byte or one after a
-        # newline (marks made from another file's bytes are caught here, or by the count).
-        if not (start < offset <= start + length or offset == start == 0):
-            raise _MarksWrong(f"offset {offset} outside its piece")
-        if offset > 0:
-            with open(path, "rb") as f:
-                if os.pread(f.fileno(), 1, offset - 1) != b"\n":
-                    raise _MarksWrong(f"offset {offset} of {path} is not a line start")
+        _check_line_start(scan, piece, offset)
         want = int(pos[ks].max()) - first + 1
         s, e, _ = _kept_lines(scan, piece, want, offset, _MARK_STEP)
         if len(s) < want:
