@@ -16,10 +16,13 @@ read the same way by both). Both give the same rows (checked). Figures: p50 and 
 cold traces per path, and before / new. The files stay in the OS page cache between traces
 (both paths alike): "cold" is the repository's state, not the disk's.
 
-Line marks are made by the repository's owner (read-only opens never write): before the
-cold rounds, the marks are deleted, one trace runs on an owner open (timed: it makes the
-marks of the partitions it reads, as any first trace there does), then
-`lineage.mark_scan_lines(run)` makes the rest (timed).
+Line marks are made by the repository's owner (read-only opens never write). Owner traces
+first, --runs interleaved rounds of three paths: "new", "before", and "marks1" (the code at
+MARKS1_COMMIT, loaded from git: a partition's first trace makes its whole marks); each round
+deletes the marks and traces the --rows rows in turn (starting at a row that rotates), each
+on an owner open afresh: p50 of the first trace (the one that finds no marks) and of the
+sum of all --rows (what the partitions' marks cost until those rows are traced). Then
+`lineage.mark_scan_lines(run)` completes the marks (timed) for the cold rounds.
 """
 
 from __future__ import annotations
@@ -42,31 +45,39 @@ from agent import LineageContext, LineageRDD
 from repository import ProvenanceRepository, RepositoryConfig
 from repository.lineage import _index
 
-# The read path before this bench's changes, loaded from git as it was at that commit.
+# The read path before line marks, loaded from git as it was at that commit.
 BEFORE_COMMIT = "b2244ad"
+# Line marks of whole partitions, made at a partition's first trace (its marks module is
+# today's: the same file format, whole-partition marks being the complete ones).
+MARKS1_COMMIT = "e34b931"
 
 
-def load_before():
-    """The repository's `_scans` module at BEFORE_COMMIT, as a module of its own, its
-    `ScanRows` taking (and ignoring) the line marks store `_index` gives it now."""
+def load_scans(commit: str, name: str):
+    """The repository's `_scans` module at `commit`, as a module of its own."""
     import importlib.util
     import subprocess
 
     root = os.path.join(os.path.dirname(__file__), "..")
     text = subprocess.run(
-        ["git", "-C", root, "show", f"{BEFORE_COMMIT}:repository/lineage/_scans.py"],
+        ["git", "-C", root, "show", f"{commit}:repository/lineage/_scans.py"],
         check=True,
         capture_output=True,
         text=True,
     ).stdout
-    path = os.path.join(tempfile.mkdtemp(prefix="bench-raretrace-code-"), "_scans_before.py")
+    path = os.path.join(tempfile.mkdtemp(prefix="bench-raretrace-code-"), f"_scans_{name}.py")
     with open(path, "w") as f:
         f.write(text)
-    spec = importlib.util.spec_from_file_location("repository.lineage._scans_before", path)
+    spec = importlib.util.spec_from_file_location(f"repository.lineage._scans_{name}", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
+    return mod
 
-    class Before(mod.ScanRows):
+
+def load_before():
+    """`ScanRows` at BEFORE_COMMIT, taking (and ignoring) the line marks store `_index`
+    gives it now."""
+
+    class Before(load_scans(BEFORE_COMMIT, "before").ScanRows):
         def __init__(self, marks=None):
             super().__init__()
 
@@ -107,25 +118,73 @@ def cold_trace(path: str, run_id: str, rid: int) -> tuple[float, list]:
         return time.perf_counter() - t0, rows
 
 
-def make_marks(path: str, run_id: str, rid: int) -> None:
-    """Line marks made afresh by an owner: a first trace (making those it needs), then all."""
-    shutil.rmtree(os.path.join(path, "scans"), ignore_errors=True)
+def owner_trace(path: str, run_id: str, rid: int) -> tuple[float, list]:
     with ProvenanceRepository.open(path, start_threads=False) as repo:
         t0 = time.perf_counter()
-        LineageRDD(repo, run_id, np.array([rid])).go_back_all().collect()
-        t1 = time.perf_counter()
+        rows = LineageRDD(repo, run_id, np.array([rid])).go_back_all().collect()
+        return time.perf_counter() - t0, rows
+
+
+def owner_traces(path: str, run_id: str, picks: list[int], runs: int) -> None:
+    """Owner traces from no marks, interleaved rounds of the three paths: each round traces
+    every row in turn (from a rotating first one), each on an owner open afresh."""
+    names = ["new", "before", "marks1"]
+    first: dict[str, list[float]] = {n: [] for n in names}
+    total: dict[str, list[float]] = {n: [] for n in names}
+    for run in range(runs):
+        order = picks[run % len(picks) :] + picks[: run % len(picks)]
+        got = {}
+        for name in names[run % 3 :] + names[: run % 3]:
+            use(name)
+            shutil.rmtree(os.path.join(path, "scans"), ignore_errors=True)
+            seconds = []
+            got[name] = []
+            for rid in order:
+                t, rows = owner_trace(path, run_id, rid)
+                seconds.append(t)
+                got[name].append(rows)
+            first[name].append(seconds[0])
+            total[name].append(sum(seconds))
+        if not got["new"] == got["before"] == got["marks1"]:
+            raise AssertionError("the owner paths gave different rows")
+    use("new")
+    new_first, new_total = median(first["new"]), median(total["new"])
+    report("owner's first trace, p50 (new: marks of a prefix)", 1000 * new_first, "ms")
+    for name, what in (("before", "no marks"), ("marks1", "whole marks")):
+        f, t = median(first[name]), median(total[name])
+        report(
+            f"owner's first trace, p50 ({name}: {what})",
+            1000 * f,
+            "ms",
+            f"/ new {f / new_first:.2f}x",
+        )
+    report(f"owner's {len(picks)} traces from no marks, p50 (new)", 1000 * new_total, "ms")
+    for name in ("before", "marks1"):
+        t = median(total[name])
+        report(
+            f"owner's {len(picks)} traces from no marks, p50 ({name})",
+            1000 * t,
+            "ms",
+            f"/ new {t / new_total:.2f}x",
+        )
+
+
+def complete_marks(path: str, run_id: str) -> None:
+    """The run's marks completed by an owner (those the traces left are prefixes)."""
+    with ProvenanceRepository.open(path, start_threads=False) as repo:
+        t0 = time.perf_counter()
         parts = repo.lineage.mark_scan_lines(run_id)
-        t2 = time.perf_counter()
-    report("first trace on an owner open (makes its marks)", 1000 * (t1 - t0), "ms")
-    report(f"the rest of the run's marks ({parts} partitions)", 1000 * (t2 - t1), "ms")
+        t1 = time.perf_counter()
+    report(f"completing the run's marks ({parts} partitions)", 1000 * (t1 - t0), "ms")
 
 
 def measure(path: str, fmt: str, run_id: str, cp: int, rows: int, runs: int) -> None:
     with ProvenanceRepository.open(path, read_only=True) as repo:
         picks = repo.lineage.all_records(run_id, cp)[:rows].tolist()
     if fmt != "parquet":
+        owner_traces(path, run_id, picks, runs)
         use("new")
-        make_marks(path, run_id, picks[-1])
+        complete_marks(path, run_id)
     times: dict[str, list[float]] = {"new": [], "before": []}
     got: dict[str, list] = {"new": [], "before": []}
     for run in range(runs):
@@ -170,6 +229,7 @@ def main() -> int:
     if args.runs < 3:
         p.error("--runs must be at least 3")
     PATHS["before"] = load_before()
+    PATHS["marks1"] = load_scans(MARKS1_COMMIT, "marks1").ScanRows
     work = args.keep or tempfile.mkdtemp(prefix="bench-raretrace-")
     os.makedirs(work, exist_ok=True)
     try:
