@@ -362,6 +362,11 @@ def test_a_first_trace_stores_marks_of_the_prefix_it_scanned(tmp_path, monkeypat
     d = str(tmp_path / "marks")
     part, n = 1, len(want[1])
     p = n // 5
+    # Asked for no row of it (a position before the first): no marks saying it has none.
+    assert ScanRows(LineMarkStore(d, writable=True)).data(KEY, scan, part, np.array([-1])) == [None]
+    assert ScanRows(LineMarkStore(d, writable=False)).data(KEY, scan, part, np.array([3])) == [
+        want[part][3]
+    ]
     assert ScanRows(LineMarkStore(d, writable=True)).data(KEY, scan, part, np.array([p])) == [
         want[part][p]
     ]
@@ -448,7 +453,8 @@ def test_a_trace_beyond_the_prefix_extends_the_marks(tmp_path, monkeypatch, eol)
 @pytest.mark.parametrize("how", ["torn", "flipped", "empty", "longer", "shifted"])
 def test_damaged_partial_marks_fall_back_to_the_scan(tmp_path, monkeypatch, how):
     """Partial marks that are torn or corrupt (checksum), promise more rows than the file
-    has after their last mark, or whose last mark is not a line start are not used: the same rows come back scanned, and an owner makes them again."""
+    has after their last mark, or whose last mark is not a line start are not used: the
+    same rows come back scanned, and an owner makes them again."""
     monkeypatch.setattr(_scans, "EVERY", 7)
     monkeypatch.setattr(_scans, "_STEP", 256)
     scan, want = _corpus(tmp_path, "\n")

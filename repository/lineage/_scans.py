@@ -724,6 +724,8 @@ def _extend_marks(
     None if the lines cannot be read by position (the trace that reads up to its row says
     why, as before). `_MarksWrong`: `marks` do not fit the file."""
     pieces = scan["partitions"][partition]
+    # At least a row: marks of no rows would say the partition has none.
+    need = None if need is None else max(need, 1)
     rows: list[np.ndarray] = []
     marked: list[np.ndarray] = []
     offsets: list[np.ndarray] = []
