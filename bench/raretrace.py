@@ -19,10 +19,11 @@ cold traces per path, and before / new. The files stay in the OS page cache betw
 Line marks are made by the repository's owner (read-only opens never write). Owner traces
 first, --runs interleaved rounds of three paths: "new", "before", and "marks1" (the code at
 MARKS1_COMMIT, loaded from git: a partition's first trace makes its whole marks); each round
-deletes the marks and traces the --rows rows in turn (starting at a row that rotates), each
-on an owner open afresh: p50 of the first trace (the one that finds no marks) and of the
-sum of all --rows (what the partitions' marks cost until those rows are traced). Then
-`lineage.mark_scan_lines(run)` completes the marks (timed) for the cold rounds.
+traces each of the --rows rows alone from no marks (p50 of these first traces), then,
+from no marks again, all of them in turn, starting at a row that rotates (p50 of their
+sum: what the partitions' marks cost until those rows are traced); each trace on an owner
+open afresh. Then `lineage.mark_scan_lines(run)` completes the marks (timed) for the cold
+rounds.
 """
 
 from __future__ import annotations
@@ -126,24 +127,28 @@ def owner_trace(path: str, run_id: str, rid: int) -> tuple[float, list]:
 
 
 def owner_traces(path: str, run_id: str, picks: list[int], runs: int) -> None:
-    """Owner traces from no marks, interleaved rounds of the three paths: each round traces
-    every row in turn (from a rotating first one), each on an owner open afresh."""
+    """Owner traces from no marks, in interleaved rounds of the three paths (each round
+    starting with another): every row traced alone as a first trace (its marks deleted
+    before), then all the rows in turn (from a rotating first one); each on an owner open."""
     names = ["new", "before", "marks1"]
     first: dict[str, list[float]] = {n: [] for n in names}
     total: dict[str, list[float]] = {n: [] for n in names}
+    scans = os.path.join(path, "scans")
     for run in range(runs):
         order = picks[run % len(picks) :] + picks[: run % len(picks)]
         got = {}
         for name in names[run % 3 :] + names[: run % 3]:
             use(name)
-            shutil.rmtree(os.path.join(path, "scans"), ignore_errors=True)
+            for rid in picks:
+                shutil.rmtree(scans, ignore_errors=True)
+                first[name].append(owner_trace(path, run_id, rid)[0])
+            shutil.rmtree(scans, ignore_errors=True)
             seconds = []
             got[name] = []
             for rid in order:
                 t, rows = owner_trace(path, run_id, rid)
                 seconds.append(t)
                 got[name].append(rows)
-            first[name].append(seconds[0])
             total[name].append(sum(seconds))
         if not got["new"] == got["before"] == got["marks1"]:
             raise AssertionError("the owner paths gave different rows")
@@ -151,7 +156,7 @@ def owner_traces(path: str, run_id: str, picks: list[int], runs: int) -> None:
     new_first, new_total = median(first["new"]), median(total["new"])
     report("owner's first trace, p50 (new: marks of a prefix)", 1000 * new_first, "ms")
     for name, what in (("before", "no marks"), ("marks1", "whole marks")):
-        f, t = median(first[name]), median(total[name])
+        f = median(first[name])
         report(
             f"owner's first trace, p50 ({name}: {what})",
             1000 * f,
