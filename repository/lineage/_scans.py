@@ -758,8 +758,6 @@ def _extend_marks(
                 break
     except BadInput:
         return None
-    if marks is not None and got < marks.total:
-        raise _MarksWrong(f"fewer lines after the last mark than the {marks.total} marked")
     if not got:
         empty = np.array([], dtype=np.int64)
         return LineMarks(empty, empty, empty, 0)
