@@ -389,7 +389,7 @@ def test_a_first_trace_stores_marks_of_the_prefix_it_scanned(tmp_path, monkeypat
 
 
 @pytest.mark.parametrize("eol", ["\n", "\r\n"])
-def test_a_trace_beyond_the_prefix_extends_the_marks(tmp_path, monkeypatch, eol):
+def test_a_trace_beyond_the_prefix_extends_the_marks(tmp_path, monkeypatch, caplog, eol):
     """A trace past the stored prefix scans on from its last mark (not from the partition's
     start) and stores the longer marks, equal to the whole partition's first ones; a
     read-only open extends them in memory only; count() completes them."""
@@ -407,7 +407,9 @@ def test_a_trace_beyond_the_prefix_extends_the_marks(tmp_path, monkeypatch, eol)
     before = Path(owner.path(*KEY, part, scan)).read_bytes()
     far = [n - 3, 2, n // 2]
     reader = ScanRows(LineMarkStore(d, writable=False))
-    assert reader.data(KEY, scan, part, np.array(far)) == [want[part][q] for q in far]
+    with caplog.at_level("WARNING", logger="provrepo.lineage"):
+        assert reader.data(KEY, scan, part, np.array(far)) == [want[part][q] for q in far]
+    assert not caplog.records  # nor tried to store them
     assert Path(owner.path(*KEY, part, scan)).read_bytes() == before
     # An owner, beyond the prefix: scanned on from the last mark only.
     begins = []
@@ -450,11 +452,11 @@ def test_a_trace_beyond_the_prefix_extends_the_marks(tmp_path, monkeypatch, eol)
     assert not owner.load(*KEY, 0, scan).complete
 
 
-@pytest.mark.parametrize("how", ["torn", "flipped", "empty", "longer", "shifted"])
+@pytest.mark.parametrize("how", ["torn", "flipped", "empty", "longer", "shifted", "dropped"])
 def test_damaged_partial_marks_fall_back_to_the_scan(tmp_path, monkeypatch, how):
     """Partial marks that are torn or corrupt (checksum), promise more rows than the file
-    has after their last mark, or whose last mark is not a line start are not used: the
-    same rows come back scanned, and an owner makes them again."""
+    has after their last mark, or whose last mark is not a line start or not a kept line's
+    start are not used: the same rows come back scanned, and an owner makes them again."""
     monkeypatch.setattr(_scans, "EVERY", 7)
     monkeypatch.setattr(_scans, "_STEP", 256)
     scan, want = _corpus(tmp_path, "\n")
@@ -471,12 +473,21 @@ def test_damaged_partial_marks_fall_back_to_the_scan(tmp_path, monkeypatch, how)
         rows, pieces, offsets, total = good.rows, good.pieces, good.offsets, good.total
         if how == "longer":  # more rows than there are, all after the last mark
             bad = LineMarks(rows, pieces, offsets, n + 40, False)
-        else:  # the last mark moved off its line start
+        elif how == "shifted":  # the last mark moved off its line start
             bad = LineMarks(
                 rows, pieces, offsets + (np.arange(len(rows)) == len(rows) - 1), total, False
             )
+        else:  # the last mark moved to a comment line's start, later in its piece
+            fi, start, length = scan["partitions"][part][int(pieces[-1])]
+            raw = Path(scan["files"][fi][0]).read_bytes()
+            at = raw.index(b"\n#note", int(offsets[-1]) + 300) + 1
+            assert at <= start + length
+            moved = offsets.copy()
+            moved[-1] = at
+            bad = LineMarks(rows, pieces, moved, total, False)
         owner.save(*KEY, part, scan, bad)
-    positions = [n - 1, 3, good.total - 1, good.total, *range(0, n, 9), n, n + 3]
+    last = int(good.rows[-1])  # the row at the last mark: read from there when extending
+    positions = [n - 1, 3, last, last + 1, good.total - 1, good.total, *range(0, n, 9), n, n + 3]
     expect = [want[part][q] if q < n else None for q in positions]
     assert (
         ScanRows(LineMarkStore(d, writable=False)).data(KEY, scan, part, np.array(positions))
