@@ -4,7 +4,9 @@ finds (brute force: the files split in Python), across headers, blank, comment a
 lines, several files and pieces per partition; marks that are missing, torn, corrupt, made
 from another plan or not fitting the file are not used (the lines are scanned, the same rows
 come back), an owner makes them again, a read-only open never writes, and a source file that
-changed is refused as without marks."""
+changed is refused as without marks. A first trace stores marks of the prefix it scanned
+(equal to the whole partition's first marks), a trace beyond it extends them from their last
+mark, and damaged or ill-fitting partial marks fall back the same way."""
 
 from __future__ import annotations
 
