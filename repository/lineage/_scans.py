@@ -26,11 +26,10 @@ read-only open extends them in memory only). Without marks (a read-only open bef
 owner made them, or marks that do not hold), lines are found with numpy over a read-only
 map of the file, only as far as the last row a trace asks for; a partition's line table
 (or its first rows) is cached (bounded in bytes) and extended when a later trace asks
-further. A rare row's Parquet row
-groups (a handful across partitions) are read together on threads, each decoded only up to
-its last wanted row, its dictionary-encoded strings kept as dictionaries until the wanted
-rows are taken; each file's footer is parsed once per read and must still list the row
-groups the run read.
+further. A rare row's Parquet row groups (a handful across partitions) are read together on
+threads, each decoded only up to its last wanted row, its dictionary-encoded strings kept as
+dictionaries until the wanted rows are taken; each file's footer is parsed once per read and
+must still list the row groups the run read.
 A big group's trace asks for 0.3-0.6 M rows at once: lines are sliced per file in offset order
 from numpy arrays, and Parquet rows become pyspark Rows in bulk (one conversion per column,
 not a dict per row).
