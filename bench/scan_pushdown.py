@@ -78,7 +78,7 @@ def tables(reader, fmt: str, path: str) -> dict:
 def q6_with_ids(t):
     """TPC-H Q6 with a row id projected over the scan and used (`max`), so that the optimizer
     neither prunes it nor pushes the filter below it (the captured id is this one's bits
-    rearranged: `agent.dataframe._columns.scan_id`)."""
+    rearranged: `agent.dataframe._columns.scan_id_sql`)."""
     import _tpch
     from pyspark.sql import functions as F
 

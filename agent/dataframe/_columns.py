@@ -74,26 +74,35 @@ class Lineage:
         }
 
 
-def scan_id(F: Any, cp: int) -> Any:
-    """The record id (cp, scan partition, row in partition) of each row, as a Column. It
+def sql_name(name: str) -> str:
+    """`name` quoted as a SQL identifier."""
+    return "`" + name.replace("`", "``") + "`"
+
+
+def scan_id_sql(cp: int) -> str:
+    """The record id (cp, scan partition, row in partition) of each row, as SQL text. It
     must be projected directly over the scan: there `monotonically_increasing_id()` is
-    (scan partition << 33) + row index, deterministic for a file scan. One SQL expression:
-    building it from Column calls costs a py4j round trip each (~0.3 s for TPC-H's eight
-    tables on a loaded machine, as much as a small query)."""
+    (scan partition << 33) + row index, deterministic for a file scan. SQL text, not Column
+    calls: each Column call (`alias` included: ~10) is a py4j round trip, and a source's
+    projection is built by every action that uses it (see `_reader.scanned`)."""
     m = "monotonically_increasing_id()"
-    return F.expr(
+    return (
         f"{cp << CP_SHIFT} | shiftleft(shiftright({m}, {MONO_PARTITION_SHIFT}), {POSITION_BITS})"
         f" | ({m} & {(1 << MONO_PARTITION_SHIFT) - 1})"
     )
 
 
-def collected(F: Any, lin: Lineage) -> Any:
-    """An aggregate expression: every id of the group's rows, as one array."""
-    parts = [F.collect_list(F.col(n)) for n in lin.longs]
-    parts += [F.flatten(F.collect_list(F.col(n))) for n in lin.arrays]
+def collected(F: Any, lin: Lineage, alias: str) -> Any:
+    """An aggregate expression named `alias`: every id of the group's rows, as one array.
+    One SQL expression: built from Column calls it cost ~16 py4j round trips for one
+    source's ids, against 3."""
+    parts = [f"collect_list({sql_name(n)})" for n in lin.longs]
+    parts += [f"flatten(collect_list({sql_name(n)}))" for n in lin.arrays]
     if not parts:
-        return F.array().cast("array<bigint>")
-    return parts[0] if len(parts) == 1 else F.concat(*parts)
+        text = "CAST(array() AS array<bigint>)"
+    else:
+        text = parts[0] if len(parts) == 1 else f"concat({', '.join(parts)})"
+    return F.expr(f"{text} AS {sql_name(alias)}")
 
 
 def all_ids(F: Any, lin: Lineage) -> Any:

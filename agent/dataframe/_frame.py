@@ -498,7 +498,7 @@ class LineageDataFrame:
         if isinstance(keys, list | tuple) and keys and all(isinstance(k, str) for k in keys):
             # Equi-join on names: group the right side by the key (one row per key, its
             # rows' ids), so an inner join keeps each matching left row once.
-            grouped = right.groupBy(*keys).agg(collected(F, rlin).alias(matched))
+            grouped = right.groupBy(*keys).agg(collected(F, rlin, matched))
             joined = self._df.join(grouped, list(keys), "inner")
             return self._new(joined.select(*[quoted(c) for c in self._all_columns], matched), lin)
         # A condition: number the left rows, join, and gather each left row's matches.
@@ -506,7 +506,7 @@ class LineageDataFrame:
         left = self._df.withColumn(rowkey, F.monotonically_increasing_id())
         joined = left.join(right, on, "inner")
         firsts = [F.first(left[c]).alias(c) for c in self._all_columns]
-        out = joined.groupBy(rowkey).agg(*firsts, collected(F, rlin).alias(matched))
+        out = joined.groupBy(rowkey).agg(*firsts, collected(F, rlin, matched))
         return self._new(out.select(*[quoted(c) for c in self._all_columns], matched), lin)
 
     def crossJoin(self, other: Any) -> LineageDataFrame:

@@ -168,7 +168,7 @@ def filtered(lazy: LazyAggregate, eager: LineageDataFrame, condition: Any) -> An
     grouped = (
         pre.join(F.broadcast(kept), on, "inner")
         .groupBy(*s[:nk])
-        .agg(*[F.first(F.col(c)).alias(c) for c in s[nk:]], collected(F, src).alias(name))
+        .agg(*[F.first(F.col(c)).alias(c) for c in s[nk:]], collected(F, src, name))
     )
     return grouped.select(*[F.col(c).alias(n) for c, n in zip(s, names)], name)
 

@@ -4,10 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from pyspark.sql import functions as F
-
 from .._rdd import UnsupportedOperation
-from ._columns import Lineage, fresh, scan_id
+from ._columns import Lineage, fresh, scan_id_sql, sql_name
 from ._frame import LineageDataFrame
 from ._recipe import Source, set_recipe
 from ._scan import plan_scan
@@ -101,12 +99,14 @@ def scanned(agent: FrameAgent, fmt: str, paths: list[str], schema: Any, opts: di
     cp = agent.plumbing.source_cp(fmt, len(scan["partitions"]), path=",".join(paths), scan=scan)
     h = fresh()
     # The id is projected directly over the scan, where monotonically_increasing_id() is
-    # (scan partition, row index): see _columns.scan_id.
+    # (scan partition, row index): see _columns.scan_id_sql. `selectExpr` of text: 7 py4j
+    # round trips where `select("*", Column.alias(...))` takes ~25.
+    projection = f"{scan_id_sql(cp.number)} AS {sql_name(h)}"
     frame = LineageDataFrame(
         agent,
         None,
         Lineage((h,), (), frozenset({cp.number})),
-        make=lambda: df.select("*", scan_id(F, cp.number).alias(h)),
+        make=lambda: df.selectExpr("*", projection),
     )
     set_recipe(frame, Source(cp.number, h, (fmt, list(paths), dict(opts), scan)))
     return frame

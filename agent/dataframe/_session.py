@@ -122,9 +122,7 @@ class FrameAgent:
 
         def eager() -> Any:
             grouped = group(frame._src(*cols, *exprs))
-            return vanilla_names(
-                grouped.agg(*exprs, collected(F, lin).alias(name)), (*cols, *exprs)
-            )
+            return vanilla_names(grouped.agg(*exprs, collected(F, lin, name)), (*cols, *exprs))
 
         lazy = lazy_aggregate(frame, kind, cols, exprs, self.aggregates)
         if lazy is None:
