@@ -271,6 +271,37 @@ def test_aggregate_of_join_then_join(lc, spark, data):
     check(lc, spark, data, build, ref, ["name", "q"])
 
 
+def test_aggregate_of_grouped_and_source_rows(lc, spark, data):
+    """An aggregate whose input rows carry both kinds of ids (a customer's long and the
+    array of an earlier aggregate's group): its ids are both, concatenated."""
+
+    def build(t):
+        spent = t["orders"].join(t["items"], "okey").groupBy("ckey").agg(F.sum("qty").alias("q"))
+        return (
+            spent.join(t["customers"], "ckey")
+            .groupBy((F.col("q") > 3).alias("big"))
+            .agg(F.sum("q").alias("total"), F.count("name").alias("n"))
+        )
+
+    def ref(T):
+        j = R.join(T["orders"], T["items"], lambda a, b: a["okey"] == b["okey"])
+        g = R.group(
+            j, lambda r: (r["ckey"],), lambda k, rs: {"ckey": k[0], "q": sum(r["qty"] for r in rs)}
+        )
+        j2 = R.join(g, T["customers"], lambda a, b: a["ckey"] == b["ckey"])
+        return R.group(
+            j2,
+            lambda r: (r["q"] > 3,),
+            lambda k, rs: {
+                "big": k[0],
+                "total": sum(r["q"] for r in rs),
+                "n": sum(r["name"] is not None for r in rs),
+            },
+        )
+
+    check(lc, spark, data, build, ref, ["big", "total", "n"])
+
+
 @pytest.mark.parametrize("kind", ["rollup", "cube"])
 def test_rollup_cube(lc, spark, data, kind):
     def build(t):
