@@ -153,7 +153,7 @@ def test_bad_arguments_exit_2_and_change_nothing(stored, tmp_path, capsys):
         out, err = capsys.readouterr()
         assert out == "", argv
         assert err.startswith("provrepo: error: ") and err.count("\n") == 1, (argv, err)
-        assert "Traceback" not in err
+        assert "Traceback" not in err and "provrepo:" not in err[len("provrepo: error: ") :]
     assert "no event with id 51" in (cli(["event", stored, "51"]), capsys.readouterr()[1])[1]
     assert tree_hash(stored) == before
     assert not os.path.exists(missing)  # a read never creates a repository

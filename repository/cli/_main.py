@@ -41,7 +41,9 @@ class CliError(BadInput):
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:  # one line, not argparse's usage dump
-        raise CliError(f"{self.prog}: {message}")
+        # main() prints "provrepo: error: ", so only a subcommand's name goes before the message.
+        command = self.prog.partition(" ")[2]
+        raise CliError(f"{command}: {message}" if command else message)
 
 
 def build_parser() -> argparse.ArgumentParser:
