@@ -392,18 +392,9 @@ class ScanRows:
     def _check_files(self, key: Any, scan: dict) -> None:
         if key in self._checked:
             return
-        for path, size, mtime_ns in scan["files"]:
-            try:
-                st = os.stat(path)
-            except OSError:
-                raise SourceChanged(
-                    f"source file {path} is gone: its rows cannot be re-read"
-                ) from None
-            if st.st_size != size or st.st_mtime_ns != mtime_ns:
-                raise SourceChanged(
-                    f"source file {path} changed since the run read it (size or mtime): "
-                    "its rows cannot be re-read by position"
-                )
+        for fi in range(len(scan["files"])):
+            if (why := _file_change(scan, fi)) is not None:
+                raise SourceChanged(why)
         self._checked.add(key)
 
     # -- parquet ---------------------------------------------------------------------------
@@ -653,7 +644,6 @@ def _partition_lines(
     """A partition's line table: all of it, or (given `need`) at least its first `need`
     rows, `complete` saying whether that is all; a partial `prev` is extended, not redone
     (a big group's rows are asked for in batches, each reaching further)."""
-    fmt = scan["format"]
     pieces = scan["partitions"][partition]
     files, starts, ends = [], [], []
     got, first, resume = 0, 0, None
@@ -665,17 +655,9 @@ def _partition_lines(
         if need is not None and got >= need:
             complete, piece, at = False, j, (resume if j == first else None)
             break
-        fi, start, length = pieces[j]
-        path = scan["files"][fi][0]
+        fi = pieces[j][0]
         begin = resume if j == first else None
-        raw = None if need is None else need - got + 64
-        while True:
-            s, e, stop = _piece_lines(path, start, length, scan["files"][fi][1], raw, begin)
-            if fmt in ("csv", "json") and len(s):
-                s, e = _drop_lines(scan, path, s, e, first_piece=start == 0 and begin is None)
-            if stop is None or raw is None or need is None or got + len(s) >= need:
-                break
-            raw *= 2  # blank, comment or header lines dropped: scan further
+        s, e, stop = _kept_lines(scan, pieces[j], None if need is None else need - got, begin)
         files.append(np.full(len(s), fi, dtype=np.int32))
         starts.append(s)
         ends.append(e)
@@ -779,17 +761,27 @@ def _check_line_start(scan: dict, piece: list, offset: int) -> None:
                 raise _MarksWrong(f"offset {offset} of {path} is not a line start")
 
 
+def _file_change(scan: dict, fi: int) -> str | None:
+    """Why the scan's file `fi` can no longer be re-read by position (gone, or its size or
+    mtime is not what the run recorded), or None."""
+    path, size, mtime_ns = scan["files"][fi]
+    try:
+        st = os.stat(path)
+    except OSError:
+        return f"source file {path} is gone: its rows cannot be re-read"
+    if st.st_size != size or st.st_mtime_ns != mtime_ns:
+        return (
+            f"source file {path} changed since the run read it (size or mtime): "
+            "its rows cannot be re-read by position"
+        )
+    return None
+
+
 def _files_unchanged(scan: dict, partition: int) -> bool:
     """Whether the partition's files still have the size and mtime the run recorded."""
-    for fi in {p[0] for p in scan["partitions"][partition]}:
-        path, size, mtime_ns = scan["files"][fi]
-        try:
-            st = os.stat(path)
-        except OSError:
-            return False
-        if st.st_size != size or st.st_mtime_ns != mtime_ns:
-            return False
-    return True
+    return all(
+        _file_change(scan, fi) is None for fi in {p[0] for p in scan["partitions"][partition]}
+    )
 
 
 def _lines_from_marks(
