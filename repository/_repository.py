@@ -58,6 +58,7 @@ from .lineage import (
     find_culprits,
     mine,
     verify_forward,
+    verify_line_marks,
 )
 
 log = logging.getLogger("provrepo.repository")
@@ -544,11 +545,17 @@ class ProvenanceRepository:
     # -- checking and stats ------------------------------------------------------------------
 
     def verify(self) -> VerifyReport:
-        """Check every frame, block and table of contents, and every forward lineage index;
-        report problems, change nothing."""
+        """Check every frame, block and table of contents, every forward lineage index and
+        every line marks file; report problems, change nothing."""
         report = verify(self.layout, self.containers)
         problems, files = verify_forward(self.layout, expected=self.config.forward_index)
-        return dataclasses.replace(report, problems=report.problems + problems, forward_files=files)
+        mark_problems, marks = verify_line_marks(self.layout.scans)
+        return dataclasses.replace(
+            report,
+            problems=report.problems + problems + mark_problems,
+            forward_files=files,
+            line_marks=marks,
+        )
 
     def stats(self) -> RepositoryStats:
         """Counts and sizes: events, id range, files, bytes, journals pending, the index."""

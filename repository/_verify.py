@@ -25,6 +25,7 @@ class VerifyReport:
     journals: int  # sealed journals not merged yet
     frames: int  # in those journals
     forward_files: int = 0  # forward lineage indexes checked (repository.lineage)
+    line_marks: int = 0  # line marks files checked (repository.lineage)
 
     @property
     def ok(self) -> bool:

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from repository.lineage import _scans
-from repository.lineage._linemarks import LineMarks, LineMarkStore
+from repository.lineage._linemarks import LineMarks, LineMarkStore, verify_line_marks
 from repository.lineage._scans import ScanRows, SourceChanged
 
 KEY = ("run-1", 3)
@@ -196,6 +196,46 @@ def test_damaged_marks_are_not_used_and_an_owner_remakes_them(tmp_path, monkeypa
     assert all(reader.load(*KEY, p, scan) is not None for p in range(3))
 
 
+def test_verify_reports_each_damaged_marks_file_and_changes_nothing(tmp_path, monkeypatch):
+    """`verify_line_marks` (behind `provrepo verify`) accepts whole marks and names every
+    file that is torn, flipped, empty, named for another plan or inconsistent in itself;
+    a crash's `.tmp` leftover is not a problem; no file changes."""
+    monkeypatch.setattr(_scans, "EVERY", 7)
+    scan, _ = _corpus(tmp_path, "\n")
+    d = str(tmp_path / "marks")
+    store = LineMarkStore(d, writable=True)
+    for part in range(3):
+        assert ScanRows(store).has_line_marks(KEY, scan, part)
+    assert verify_line_marks(d) == ([], 3)
+    assert verify_line_marks(str(tmp_path / "none")) == ([], 0)
+    Path(d, "leftover.marks.tmp").write_bytes(b"half")
+    assert verify_line_marks(d) == ([], 3)
+    paths = [store.path(*KEY, p, scan) for p in range(3)]
+    for how in ("torn", "flipped", "empty"):
+        _damage(paths[0], how)
+        problems, n = verify_line_marks(d)
+        assert n == 3 and problems == [
+            f"{paths[0]}: line marks damaged (not whole, or named for another plan)"
+        ], how
+        assert ScanRows(store).has_line_marks(KEY, scan, 0)  # remade
+    # Whole, but under another plan's name.
+    other = store.path("run-2", KEY[1], 0, scan)
+    os.replace(paths[0], other)
+    problems, n = verify_line_marks(d)
+    assert problems == [f"{other}: line marks damaged (not whole, or named for another plan)"]
+    os.replace(other, paths[0])
+    # Whole and named right, but its rows do not ascend (a checksum made over bad marks).
+    good = store.load(*KEY, 1, scan)
+    assert good is not None and len(good.rows) > 2
+    store.save(
+        *KEY, 1, scan, LineMarks(good.rows[::-1].copy(), good.pieces, good.offsets, good.total)
+    )
+    before = {n: Path(d, n).read_bytes() for n in os.listdir(d)}
+    problems, n = verify_line_marks(d)
+    assert problems == [f"{paths[1]}: line marks inconsistent (rows, pieces or offsets)"]
+    assert {n: Path(d, n).read_bytes() for n in os.listdir(d)} == before
+
+
 def test_marks_of_another_plan_are_not_used(tmp_path, monkeypatch):
     """Marks are found by the digest of the plan they were made from: another partition's,
     another run's or other options' marks under this plan's name are ignored."""
@@ -343,6 +383,17 @@ def test_cli_mark_lines_makes_the_marks_read_only_traces_use(spark, tmp_path, ca
     with ProvenanceRepository.open(repo_path, read_only=True) as ro:
         _no_scans(monkeypatch)
         assert ro.lineage.record_data(run, ids) == [f"{r.k},{r.v or ''}" for r in rows[::97]]
+    # `verify` checks the marks files too; a damaged one is reported, not changed.
+    capsys.readouterr()
+    assert cli(["verify", repo_path]) == 0
+    assert f"{made['partitions'][run]} line marks files" in capsys.readouterr().out
+    name = sorted(os.listdir(os.path.join(repo_path, "scans")))[0]
+    damaged = os.path.join(repo_path, "scans", name)
+    _damage(damaged, "flipped")
+    before = Path(damaged).read_bytes()
+    assert cli(["verify", repo_path]) == 1
+    assert f"{damaged}: line marks damaged" in capsys.readouterr().out
+    assert Path(damaged).read_bytes() == before
 
 
 def _whole_marks(tmp_path, scan: dict, part: int) -> LineMarks:

@@ -89,7 +89,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
 def _verify_summary(r: VerifyReport) -> str:
     return (
         f"{r.logs} logs, {r.blocks} blocks, {r.events:,} events, "
-        f"{r.forward_files} forward indexes, {r.journals} sealed journals, {r.frames} frames"
+        f"{r.forward_files} forward indexes, {r.line_marks} line marks files, "
+        f"{r.journals} sealed journals, {r.frames} frames"
     )
 
 

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
         TraceStep,
         open_index,
     )
+    from ._linemarks import verify_line_marks
     from ._mine import ActorInstance, MineReport, mine
     from ._raw import jsonable, read_range, read_ranges
     from ._records import (
@@ -65,6 +66,7 @@ _EXPORTS = {
     "read_ranges": "._raw",
     "resolve_record": "._records",
     "verify_forward": "._forward_store",
+    "verify_line_marks": "._linemarks",
 }
 
 __all__ = [
@@ -94,6 +96,7 @@ __all__ = [
     "read_ranges",
     "resolve_record",
     "verify_forward",
+    "verify_line_marks",
 ]
 
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())

@@ -167,8 +167,54 @@ def _encode(marks: LineMarks, digest: str) -> bytes:
     return _MAGIC + hashlib.blake2b(body, digest_size=16).digest() + body
 
 
-def _decode(blob: bytes, digest: str, n_pieces: int) -> LineMarks | None:
-    """The marks in `blob` if it is whole, made from plan `digest`, and consistent."""
+def verify_line_marks(directory: str) -> tuple[list[str], int]:
+    """Check every marks file under `directory` (a repository's `scans/`): whole (magic,
+    checksum) and consistent in itself; the plan it was made from is checked when a trace
+    loads it. Returns (problems, files checked). A damaged file is never used (a trace
+    scans instead), so this reports it only; a crash's `.tmp` leftover is not a problem (it
+    goes with its run)."""
+    problems: list[str] = []
+    checked = 0
+    try:
+        names = sorted(os.listdir(directory))
+    except FileNotFoundError:
+        return problems, 0
+    for name in names:
+        if not name.endswith(_SUFFIX):
+            continue
+        path = os.path.join(directory, name)
+        checked += 1
+        try:
+            with open(path, "rb") as f:
+                blob = f.read()
+        except OSError as e:
+            problems.append(f"{path}: line marks unreadable: {e.strerror}")
+            continue
+        digest = _digest_of(blob)
+        if digest is None or not name.endswith(f"-{digest}{_SUFFIX}"):
+            problems.append(f"{path}: line marks damaged (not whole, or named for another plan)")
+        elif _decode(blob, digest, None) is None:
+            problems.append(f"{path}: line marks inconsistent (rows, pieces or offsets)")
+    return problems, checked
+
+
+def _digest_of(blob: bytes) -> str | None:
+    """The plan digest a whole (checksum-verified) marks file says it was made from."""
+    if not blob.startswith(_MAGIC) or len(blob) < len(_MAGIC) + 16:
+        return None
+    check, body = blob[len(_MAGIC) : len(_MAGIC) + 16], blob[len(_MAGIC) + 16 :]
+    if hashlib.blake2b(body, digest_size=16).digest() != check:
+        return None
+    try:
+        digest = json.loads(body[: body.find(b"\n")]).get("digest")
+    except (ValueError, AttributeError):
+        return None
+    return digest if isinstance(digest, str) else None
+
+
+def _decode(blob: bytes, digest: str, n_pieces: int | None) -> LineMarks | None:
+    """The marks in `blob` if it is whole, made from plan `digest`, and consistent (with a
+    plan of `n_pieces` pieces; None: pieces not checked against a plan)."""
     if not blob.startswith(_MAGIC) or len(blob) < len(_MAGIC) + 16:
         return None
     check, body = blob[len(_MAGIC) : len(_MAGIC) + 16], blob[len(_MAGIC) + 16 :]
@@ -196,7 +242,7 @@ def _decode(blob: bytes, digest: str, n_pieces: int) -> LineMarks | None:
         or rows[-1] >= total
         or (np.diff(pieces) < 0).any()
         or pieces[0] < 0
-        or pieces[-1] >= n_pieces
+        or (n_pieces is not None and pieces[-1] >= n_pieces)
         or (offsets < 0).any()
     ):
         return None
