@@ -28,16 +28,15 @@ map of the file, only as far as the last row a trace asks for; a partition's lin
 (or its first rows) is cached (bounded in bytes) and extended when a later trace asks
 further. A rare row's Parquet row groups (a handful across partitions) are read together on
 threads, each decoded only up to its last wanted row, its dictionary-encoded strings kept as
-dictionaries until the wanted rows are taken; each file's footer is parsed once per read and
+dictionaries (each distinct value made once); each file's footer is parsed once per read and
 must still list the row groups the run read.
 A big group's trace asks for 0.3-0.6 M rows at once: lines are sliced per file in offset order
-from numpy arrays, and Parquet rows become pyspark Rows in bulk (one conversion per column,
-not a dict per row).
+from numpy arrays, and Parquet rows become pyspark Rows in bulk (`_arrowrows`: one conversion
+per column, not a dict per row).
 """
 
 from __future__ import annotations
 
-import gc
 import logging
 import mmap
 import os
@@ -45,12 +44,12 @@ import threading
 from collections import OrderedDict
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
-from itertools import repeat
 from typing import Any
 
 import numpy as np
 
 from .._errors import BadInput
+from ._arrowrows import rows_of
 from ._linemarks import EVERY, LineMarks, LineMarkStore
 
 log = logging.getLogger("provrepo.lineage")
@@ -407,13 +406,13 @@ class ScanRows:
         for fi, rg, ks, local in _parquet_split(scan, partition, pos):
             order.append(ks)
             group = self._row_group(key, scan, fi, rg, int(local.max()) + 1)
-            pieces.append(_plain(group.take(local)))
+            pieces.append(group.take(local))
         if not pieces:
             return [None] * len(pos)
-        import pyarrow as pa
-
-        table = pieces[0] if len(pieces) == 1 else pa.concat_tables(pieces)
-        rows = _rows(table)
+        # Group by group: one group's column may be dictionary-encoded and the next's not.
+        rows = rows_of(pieces[0])
+        for piece in pieces[1:]:
+            rows.extend(rows_of(piece))
         ks = np.concatenate(order)
         if len(ks) == len(pos) and bool((ks == np.arange(len(pos))).all()):
             return rows
@@ -497,7 +496,7 @@ def _read_prefix(
 ) -> Any:
     """The first `rows` rows of row group `rg` (all of them if it has no more): decoding
     stops there. String columns stored dictionary-encoded stay dictionary arrays (not
-    expanded to one string per row); `_plain` turns the few taken rows back."""
+    expanded to one string per row): `rows_of` makes each distinct value once."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -526,69 +525,6 @@ def _read_prefix(
         if got >= rows:
             break
     return pa.Table.from_batches(batches)
-
-
-def _plain(table: Any) -> Any:
-    """`table` with its dictionary columns decoded to their value type."""
-    import pyarrow as pa
-
-    cols = table.columns
-    if not any(pa.types.is_dictionary(c.type) for c in cols):
-        return table
-    plain = [c.cast(c.type.value_type) if pa.types.is_dictionary(c.type) else c for c in cols]
-    return pa.table(plain, names=table.column_names)
-
-
-def _rows(table: Any) -> list:
-    """pyspark `Row`s of `table`'s rows, in order: as `Row(**row)` of `table.to_pylist()`
-    makes them (fields in column order, nested structs as dicts), built in bulk."""
-    from pyspark.sql import Row
-
-    fields = list(table.column_names)
-    if not fields:  # zip() of no columns would give no rows
-        return [Row() for _ in range(table.num_rows)]
-    cols = [_column_values(c) for c in table.columns]
-    # Millions of new containers would trigger the cyclic collector over and over (it cost
-    # more than building the rows); none of them can form a cycle.
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        rows = list(map(tuple.__new__, repeat(Row), zip(*cols)))
-        for row in rows:  # what Row(**kw) sets, without its per-row Python call
-            row.__dict__["__fields__"] = fields
-    finally:
-        if was:
-            gc.enable()
-    return rows
-
-
-def _column_values(column: Any) -> list:
-    """A column's Python values, as `to_pylist` makes them. Decimals, dates and times are
-    slow to make one by one (~1 us each): where a column has few distinct values, each is
-    made once and shared; other decimals are parsed from their text (the same digits and
-    exponent), several times faster."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    t = column.type
-    decimal = pa.types.is_decimal(t)
-    if not (decimal or pa.types.is_temporal(t)) or len(column) < 64:
-        return column.to_pylist()
-    try:
-        encoded = column.combine_chunks().dictionary_encode()
-    except pa.ArrowNotImplementedError:  # a type pyarrow cannot hash
-        return column.to_pylist()
-    if len(encoded.dictionary) * 4 <= len(column):
-        values = encoded.dictionary.to_pylist()
-        values.append(None)  # nulls index past the dictionary
-        idx = encoded.indices.fill_null(len(values) - 1).to_numpy(zero_copy_only=False)
-        return [values[i] for i in idx.tolist()]
-    if decimal and t.scale >= 0:
-        from decimal import Decimal
-
-        text = pc.cast(column, pa.string()).to_pylist()
-        return [None if v is None else Decimal(v) for v in text]
-    return column.to_pylist()
 
 
 def _parquet_split(
