@@ -493,7 +493,7 @@ class LineageIndex:
             return False
         return pos < self._scan_rows.count((run, cp), scan, part)
 
-    def _scan_data(self, run: str, ids: list[int]) -> dict[int, object]:
+    def _scan_data(self, run: str, ids: list[int] | np.ndarray) -> dict[int, object]:
         scans = self._scans(run)
         out: dict[int, object] = {}
         if not scans:
@@ -1044,7 +1044,8 @@ class LineageIndex:
         reads: dict[str, list[tuple[int, int, int]]] = {}  # uri -> (offset, length, record)
         deferred = self._deferred_cps(run)
         grouped: dict[str, list[tuple[np.ndarray, ...]]] = {}
-        for base, loc, positions in self._group(run, unique_ids(ids)):
+        distinct = unique_ids(ids)
+        for base, loc, positions in self._group(run, distinct):
             sample = self._line_sample(loc)
             if sample is not None:  # text lines: one read per sampled group, no block decode
                 grouped.setdefault(sample[0], []).append(_line_groups(base, loc, positions, sample))
@@ -1070,11 +1071,11 @@ class LineageIndex:
         for uri, todo in reads.items():  # one open per file, reads in offset order
             for rid, text in zip((t[2] for t in sorted(todo)), read_ranges(uri, sorted(todo))):
                 out[rid] = text
-        if len(out) < len(ids) and self._scans(run):  # DataFrame scan rows: from their files
-            missing = [r for r in unique_ids(ids).tolist() if r not in out]
-            if missing:
+        if len(out) < len(distinct) and self._scans(run):  # DataFrame scan rows: their files
+            missing = [r for r in distinct.tolist() if r not in out] if out else distinct
+            if len(missing):
                 out.update(self._scan_data(run, missing))
-        return [out.get(int(r)) for r in ids]
+        return list(map(out.get, ids.tolist()))
 
 
 def _value(values: bytes, voffs: np.ndarray, li: int) -> Any:
