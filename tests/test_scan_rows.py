@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime
 import decimal
+import gc
 import os
 from pathlib import Path
 
@@ -128,6 +129,7 @@ def test_traced_parquet_rows_equal_pyarrow(lc, spark, tmp_path):
         spark.conf.set("spark.sql.files.maxPartitionBytes", old)
     traced = q.lineage().filter(lambda r: r["g"] == 1).go_back_all()
     got = traced.collect()
+    assert gc.isenabled()  # collect() turns the cyclic collector off only while it runs
     assert sorted(traced.record_ids.tolist()) == traced.record_ids.tolist()
     rows = table.to_pylist()
     want = [Row(**rows[r.k]) for r in got]

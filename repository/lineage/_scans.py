@@ -484,11 +484,16 @@ class ScanRows:
             hit = self._get((key, "rg", *g))
             if g in ahead.pending or (hit is not None and hit.num_rows == ahead.rows(scan, g)):
                 continue
-            ahead.pending[g] = ahead.pool.submit(self._read_row_groups, key, scan, {g: _WHOLE})
+            # One core decoding: the other goes on making Rows.
+            read = self._read_row_groups
+            ahead.pending[g] = ahead.pool.submit(read, key, scan, {g: _WHOLE}, False)
 
-    def _read_row_groups(self, key: Any, scan: dict, wanted: dict[tuple[int, int], int]) -> None:
+    def _read_row_groups(
+        self, key: Any, scan: dict, wanted: dict[tuple[int, int], int], threads: bool = True
+    ) -> None:
         """Reads the first `rows` rows of each (file, row group) not cached with as many,
-        concurrently (pyarrow decodes without the GIL), each file's footer parsed once."""
+        concurrently (pyarrow decodes without the GIL), each file's footer parsed once; a
+        single group's columns on pyarrow's threads unless `threads` is False."""
         todo = []
         for (fi, rg), rows in wanted.items():
             hit = self._get((key, "rg", fi, rg))
@@ -513,7 +518,8 @@ class ScanRows:
                     f"source file {scan['files'][fi][0]} changed since the run read it "
                     "(its row groups differ): its rows cannot be re-read by position"
                 )
-            return _read_prefix(scan["files"][fi][0], md, rg, rows, columns, len(todo) == 1)
+            alone = threads and len(todo) == 1
+            return _read_prefix(scan["files"][fi][0], md, rg, rows, columns, alone)
 
         if len(todo) == 1:
             tables = [read(todo[0])]
