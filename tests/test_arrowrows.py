@@ -10,7 +10,6 @@ from __future__ import annotations
 import datetime
 import decimal
 import os
-import threading
 
 import numpy as np
 import pyarrow as pa
@@ -158,40 +157,6 @@ def test_a_big_group_over_many_row_groups_equals_pyarrow(tmp_path):
             [None if w is None else tuple(w) for w in want],
             name,
         )
-
-
-def test_a_big_trace_reads_its_row_groups_ahead_each_once(tmp_path, monkeypatch):
-    """Pages of a big trace asked for in order inside `reading_ahead`: the rows are the
-    file's; row groups after the current page's are read on the read-ahead thread, every
-    group once, and the thread is gone after."""
-    n = 6000
-    table = pa.table({k: v for k, v in _columns(n).items() if not k.startswith("dict")})
-    path = str(tmp_path / "ahead.parquet")
-    pq.write_table(table, path, row_group_size=250)
-    scan = _one_file_scan(path)
-    whole = pq.read_table(path).to_pylist()
-    reads: list[tuple[tuple[int, int], str]] = []
-    real = ScanRows._read_row_groups
-
-    def spy(self, key, scan, wanted, threads=True):
-        reads.extend((g, threading.current_thread().name) for g in wanted)
-        return real(self, key, scan, wanted, threads)
-
-    monkeypatch.setattr(ScanRows, "_read_row_groups", spy)
-    rng = np.random.default_rng(4)
-    pos = np.sort(rng.choice(n, 4800, replace=False))  # a big trace: past the rare bound
-    rows = ScanRows()
-    got: list = []
-    with rows.reading_ahead(("run", 1), scan, {0: pos}):
-        for a in range(0, len(pos), 700):
-            got.extend(rows.data(("run", 1), scan, 0, pos[a : a + 700]))
-    assert got == [Row(**whole[p]) for p in pos.tolist()]
-    groups = [g for g, _ in reads]
-    assert sorted(groups) == [(0, rg) for rg in range(24)]  # each group read once
-    # Each group is asked for ahead when the one before it is reached: all but the first.
-    ahead = [g for g, thread in reads if thread.startswith("provrepo-ahead")]
-    assert sorted(ahead) == [(0, rg) for rg in range(1, 24)], reads
-    assert not [t for t in threading.enumerate() if t.name.startswith("provrepo-ahead")]
 
 
 def _one_file_scan(path: str) -> dict:

@@ -1031,25 +1031,9 @@ class LineageIndex:
         """(ids, raw data) a page at a time, in the order of `record_ids`: what a large
         traced set is read through, so only one page of Python objects lives at once."""
         ids = np.asarray(record_ids, dtype=np.int64)
-        with self._scans_ahead(run, ids) if len(ids) > page else contextlib.nullcontext():
-            for a in range(0, len(ids), page):
-                chunk = ids[a : a + page]
-                yield chunk, self.record_data(run, chunk)
-
-    @contextlib.contextmanager
-    def _scans_ahead(self, run: str, ids: np.ndarray) -> Iterator[None]:
-        """Inside: the DataFrame scan rows among `ids` have their Parquet row groups
-        decoded ahead of the pages that need them (see `ScanRows.reading_ahead`)."""
-        with contextlib.ExitStack() as stack:
-            scans = self._scans(run)
-            cps, parts, poss = unpack_record_ids(ids) if scans else (ids, ids, ids)
-            for cp, scan in scans.items():
-                sel = cps == cp
-                if not sel.any():
-                    continue
-                mine = {p: poss[sel & (parts == p)] for p in np.unique(parts[sel]).tolist()}
-                stack.enter_context(self._scan_rows.reading_ahead((run, cp), scan, mine))
-            yield
+        for a in range(0, len(ids), page):
+            chunk = ids[a : a + page]
+            yield chunk, self.record_data(run, chunk)
 
     def record_data(self, run: str, record_ids: np.ndarray) -> list:
         """Raw data of each record: source bytes re-read by offset, or the captured value;

@@ -42,9 +42,8 @@ import mmap
 import os
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import contextmanager
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -67,9 +66,6 @@ _READERS = min(4, os.cpu_count() or 2)
 _PREFETCH = 8
 # Rows of a scan in one trace up to which it counts as rare (its row groups read ahead).
 _RARE = 4096
-# Row groups a big trace decodes ahead of the one its rows are being made from (each up to
-# ~20 MB decoded, held in the cache until used).
-_AHEAD = 2
 # A row count past any row group's: read the whole group.
 _WHOLE = 1 << 62
 # Lines starting with a blank byte looked at one by one; more: one pass over the bytes.
@@ -148,8 +144,6 @@ class ScanRows:
         # Stored line marks (keys are then (run, capture point)): a rare row of a line format
         # is read from the mark before it; an owner makes a partition's marks when missing.
         self._marks = marks
-        # Big traces reading ahead (`reading_ahead`), by scan key.
-        self._ahead: dict[Any, _Ahead] = {}
 
     # -- public ----------------------------------------------------------------------------
 
@@ -209,36 +203,6 @@ class ScanRows:
             if len(wanted) <= _PREFETCH:
                 self._read_row_groups(key, scan, wanted)
         return {part: self.data(key, scan, part, pos) for part, pos in positions.items()}
-
-    @contextmanager
-    def reading_ahead(
-        self, key: Any, scan: dict, positions: Mapping[int, np.ndarray]
-    ) -> Iterator[None]:
-        """While inside, a big trace's Parquet row groups (those `positions`, {partition:
-        positions}, fall in, in the order its pages of rows will be asked for: partitions
-        ascending, rows in each ascending) are decoded on a thread ahead of the page that
-        needs them: pyarrow decodes without the GIL, so that overlaps making the previous
-        pages' Rows. Nothing for a line format, a rare trace, or a key already reading
-        ahead."""
-        total = sum(len(p) for p in positions.values())
-        if scan["format"] != "parquet" or total <= _RARE:
-            yield
-            return
-        groups = [g for part in sorted(positions) for g in _groups_hit(scan, part, positions[part])]
-        ahead = _Ahead(groups)
-        with self._lock:
-            mine = key not in self._ahead
-            if mine:
-                self._ahead[key] = ahead
-        if not mine:
-            yield
-            return
-        try:
-            yield
-        finally:
-            with self._lock:
-                del self._ahead[key]
-            ahead.pool.shutdown(wait=True, cancel_futures=True)
 
     def spans(self, key: Any, scan: dict, partition: int, positions: np.ndarray) -> list:
         """(file path, offset, length) of each line (None past the end); line formats only."""
@@ -461,39 +425,15 @@ class ScanRows:
         """Row group `rg` of file `fi`, at least its first `rows` rows: a cached prefix (a
         rare trace's, read ahead by `data_of_partitions`), or the whole group read now (a big
         group's rows come in batches, so a prefix would be read again for the next one)."""
-        with self._lock:
-            ahead = self._ahead.get(key)
-        pending = None if ahead is None else ahead.pending.pop((fi, rg), None)
-        if pending is not None:
-            pending.result()  # in the cache now, or the error reading it here would raise
         hit = self._get((key, "rg", fi, rg))
-        if ahead is not None:
-            self._read_next(ahead, key, scan, fi, rg)
         if hit is not None and hit.num_rows >= rows:
             return hit
         self._read_row_groups(key, scan, {(fi, rg): _WHOLE})
         return self._get((key, "rg", fi, rg))
 
-    def _read_next(self, ahead: _Ahead, key: Any, scan: dict, fi: int, rg: int) -> None:
-        """Starts reading the `_AHEAD` groups after (fi, rg) in the trace's order that are
-        neither cached whole nor being read."""
-        at = ahead.index.get((fi, rg))
-        if at is None:
-            return
-        for g in ahead.groups[at + 1 : at + 1 + _AHEAD]:
-            hit = self._get((key, "rg", *g))
-            if g in ahead.pending or (hit is not None and hit.num_rows == ahead.rows(scan, g)):
-                continue
-            # One core decoding: the other goes on making Rows.
-            read = self._read_row_groups
-            ahead.pending[g] = ahead.pool.submit(read, key, scan, {g: _WHOLE}, False)
-
-    def _read_row_groups(
-        self, key: Any, scan: dict, wanted: dict[tuple[int, int], int], threads: bool = True
-    ) -> None:
+    def _read_row_groups(self, key: Any, scan: dict, wanted: dict[tuple[int, int], int]) -> None:
         """Reads the first `rows` rows of each (file, row group) not cached with as many,
-        concurrently (pyarrow decodes without the GIL), each file's footer parsed once; a
-        single group's columns on pyarrow's threads unless `threads` is False."""
+        concurrently (pyarrow decodes without the GIL), each file's footer parsed once."""
         todo = []
         for (fi, rg), rows in wanted.items():
             hit = self._get((key, "rg", fi, rg))
@@ -518,8 +458,7 @@ class ScanRows:
                     f"source file {scan['files'][fi][0]} changed since the run read it "
                     "(its row groups differ): its rows cannot be re-read by position"
                 )
-            alone = threads and len(todo) == 1
-            return _read_prefix(scan["files"][fi][0], md, rg, rows, columns, alone)
+            return _read_prefix(scan["files"][fi][0], md, rg, rows, columns, len(todo) == 1)
 
         if len(todo) == 1:
             tables = [read(todo[0])]
@@ -537,39 +476,6 @@ class ScanRows:
             hit = _footer(scan["files"][fi][0])
             self._put((key, "footer", fi), hit, int(hit.serialized_size) * 4 + 64)
         return hit
-
-
-class _Ahead:
-    """A big trace's Parquet row groups in the order it reads them, and those being read
-    on its thread."""
-
-    def __init__(self, groups: list[tuple[int, int]]) -> None:
-        self.groups = groups
-        self.index = {g: i for i, g in enumerate(groups)}
-        self.pool = ThreadPoolExecutor(1, thread_name_prefix="provrepo-ahead")
-        self.pending: dict[tuple[int, int], Future] = {}
-        self._rows: dict[tuple[int, int], int] | None = None
-
-    def rows(self, scan: dict, group: tuple[int, int]) -> int:
-        """How many rows the run read from `group` (file, row group)."""
-        if self._rows is None:
-            self._rows = {(fi, rg): n for fi, rg, n in _all_groups(scan)}
-        return self._rows[group]
-
-
-def _groups_hit(scan: dict, partition: int, pos: np.ndarray) -> list[tuple[int, int]]:
-    """(file index, row group) of each row group holding some of `pos` (ascending: the
-    order a trace reads them; else in the partition's order), without a pass per group."""
-    groups = _parquet_groups(scan, partition)
-    if not groups or not len(pos):
-        return []
-    ends = np.cumsum([n for _, _, n in groups])
-    which = np.searchsorted(ends, pos[pos >= 0], side="right")
-    if len(which) > 1 and bool((which[1:] >= which[:-1]).all()):
-        hit = which[np.r_[True, which[1:] != which[:-1]]]
-    else:
-        hit = np.unique(which)
-    return [groups[g][:2] for g in hit.tolist() if g < len(groups)]
 
 
 def _footer(path: str) -> Any:
