@@ -70,7 +70,7 @@ bulk_data = _scans.ScanRows.data
 
 def use(name: str, bulk_rows) -> None:
     """Switch the repository's row building to the bulk (current) or per-row baseline."""
-    _scans._rows = bulk_rows if name == "bulk" else per_row
+    _scans.rows_of = bulk_rows if name == "bulk" else per_row
     _scans.ScanRows.data = bulk_data if name == "bulk" else per_line
 
 
@@ -85,7 +85,7 @@ def main() -> int:
     import _tpch
 
     work = tempfile.mkdtemp(prefix="bench-trace-rows-")
-    bulk_rows = _scans._rows
+    bulk_rows = _scans.rows_of
     try:
         for fmt in args.formats.split(","):
             folder = os.path.join(os.path.dirname(__file__), "out", f"tpch-sf{args.sf}", fmt)
