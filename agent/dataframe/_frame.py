@@ -152,8 +152,12 @@ class LineageDataFrame:
         # What an action that returns every row collects instead of `df`, when cheaper (see
         # orderBy): the same rows in the same order.
         self._collected_df: Any = None
-        # An aggregate whose ids a filter on its output collects for its survivors only.
+        # An aggregate whose ids a filter or limit on its output collects for its survivors
+        # only.
         self._lazy: LazyAggregate | None = None
+        # A lazy aggregate's frame sorted (the aggregate frame, the order, orderBy's
+        # kwargs): a limit on it collects the ids of the top rows only.
+        self._lazy_order: tuple[LineageDataFrame, list, dict] | None = None
 
     # -- plumbing ----------------------------------------------------------------------------
 
@@ -390,6 +394,8 @@ class LineageDataFrame:
         frame = LineageDataFrame(self._agent, None, self._lin, make=ordered)
         frame._columns = self._columns
         frame._collected_df = one if src is self._df else one.drop(CURRENT)
+        if self._lazy is not None and src is self._df:
+            frame._lazy_order = (self, order, kwargs)
         return frame
 
     sort = orderBy
@@ -414,6 +420,20 @@ class LineageDataFrame:
         return out
 
     def limit(self, num: int) -> LineageDataFrame:
+        # A lazy aggregate, sorted or not: only the top `num` groups collect their ids
+        # (`show`, `take`, `first`, `head` limit through here). Its frame, unless cached.
+        agg, order, kwargs = (self, None, {}) if self._lazy_order is None else self._lazy_order
+        lazy = agg._lazy
+        if lazy is not None and isinstance(num, int) and not isinstance(num, bool):
+            from ._lazyagg import limited
+
+            # Built on first use (a job: the top rows are computed then, once).
+            return LineageDataFrame(
+                self._agent,
+                None,
+                self._lin,
+                make=lambda: limited(lazy, agg, order, kwargs, num),
+            )
         return self._same_columns(self._df.limit(num))
 
     def offset(self, num: int) -> LineageDataFrame:
@@ -435,12 +455,12 @@ class LineageDataFrame:
         return self._same_columns(self._df.hint(name, *parameters))
 
     def cache(self) -> LineageDataFrame:
-        self._lazy = None  # later filters read the cached (eager) rows
+        self._lazy = self._lazy_order = None  # later filters read the cached (eager) rows
         self._df.cache()
         return self
 
     def persist(self, *args: Any, **kwargs: Any) -> LineageDataFrame:
-        self._lazy = None
+        self._lazy = self._lazy_order = None
         self._df.persist(*args, **kwargs)
         return self
 

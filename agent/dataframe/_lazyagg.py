@@ -151,7 +151,6 @@ def filtered(lazy: LazyAggregate, eager: LineageDataFrame, condition: Any) -> An
     holds). Runs a job: the survivors are computed now, once, and taken to the driver when
     they are few (`survivors`); when they are not, the eager aggregate filtered."""
     (name,) = eager._lin.arrays
-    src = lazy.frame._lin
     # The eager aggregate without its ids: Spark prunes the unused collect_list, and a
     # condition made of the aggregate's own columns (agg["q"] > 300) still resolves.
     plain = eager._df.drop(name)
@@ -160,27 +159,66 @@ def filtered(lazy: LazyAggregate, eager: LineageDataFrame, condition: Any) -> An
     kept = survivors(plain.filter(condition).toDF(*s))
     if kept is None:
         return eager._df.filter(condition)
+    grouped = _joined(lazy, kept, s, s[len(lazy.keys) :], name)
+    return grouped.select(*[F.col(c).alias(n) for c, n in zip(s, names)], name)
+
+
+def limited(
+    lazy: LazyAggregate,
+    eager: LineageDataFrame,
+    order: list | None,
+    kwargs: dict,
+    num: int,
+) -> Any:
+    """The first `num` rows of `lazy`'s aggregate (sorted by `order`, `orderBy`'s `kwargs`,
+    when given), in that order, each with its group's ids in the `eager` aggregate frame's
+    one array column: what the eager aggregate, sorted and limited, holds. Runs a job: the
+    rows are computed now, once (`survivors`: ties at the `num`-th row resolved by that one
+    run, both for the values and the ids); when they are too many, the eager aggregate
+    sorted and limited."""
+    (name,) = eager._lin.arrays
+    plain = eager._df.drop(name)
+    if order is not None:
+        plain = plain.orderBy(*order, **kwargs)
+    names = list(plain.columns)
+    s = [fresh("s") for _ in names]
+    pos = fresh("pos")
+    kept = survivors(plain.limit(num).toDF(*s), position=pos)
+    if kept is None:
+        whole = eager._df if order is None else eager._df.orderBy(*order, **kwargs)
+        return whole.limit(num)
+    grouped = _joined(lazy, kept, s, [*s[len(lazy.keys) :], pos], name)
+    # The k rows in the survivors' order: one task sorts them (a global sort would sample,
+    # running the join and grouping above once more).
+    ordered = grouped.coalesce(1).sortWithinPartitions(pos)
+    return ordered.select(*[F.col(c).alias(n) for c, n in zip(s, names)], name)
+
+
+def _joined(lazy: LazyAggregate, kept: Any, s: list[str], values: list[str], name: str) -> Any:
+    """`lazy`'s input (its keys and ids) joined null-safely to the broadcast survivors
+    `kept` (keys `s[:len(keys)]`), grouped by those keys: each survivor's `values` columns
+    (`first`: equal in a group) and its group's ids in the array column `name`."""
+    src = lazy.frame._lin
     k = [fresh("k") for _ in lazy.keys]
     ids = [quoted(h) for h in src.longs]
     pre = lazy.frame._df.select(*[quoted(c).alias(kn) for c, kn in zip(lazy.keys, k)], *ids)
     on = reduce(lambda a, b: a & b, [F.col(kn).eqNullSafe(F.col(sn)) for kn, sn in zip(k, s)])
-    nk = len(k)
-    grouped = (
+    return (
         pre.join(F.broadcast(kept), on, "inner")
-        .groupBy(*s[:nk])
-        .agg(*[F.first(F.col(c)).alias(c) for c in s[nk:]], collected(F, src, name))
+        .groupBy(*s[: len(k)])
+        .agg(*[F.first(F.col(c)).alias(c) for c in values], collected(F, src, name))
     )
-    return grouped.select(*[F.col(c).alias(n) for c, n in zip(s, names)], name)
 
 
-def survivors(df: Any) -> Any | None:
+def survivors(df: Any, position: str | None = None) -> Any | None:
     """`df` (a filtered aggregate, no ids) computed now and held as a local relation in the
     plan (its rows taken to the driver as Arrow data: exact values), or None when its rows
     are more than `SURVIVORS_ROWS`, its Arrow data more than `SURVIVORS_BYTES`, a column is
     not of an atomic type, or computing it fails (the eager plan then gives the rows, or
     vanilla's error when it runs). Used once, so a nondeterministic aggregate or condition
     (`first`, `rand`) cannot make the ids and the values disagree; a broadcast of this size
-    cannot hit Spark's limits or fill the driver's heap."""
+    cannot hit Spark's limits or fill the driver's heap. `position`: a long column of that
+    name added, each row's index in `df`'s order (what a top-k returns them in)."""
     from . import _policy
 
     if not all(atomic(t) for _, t in df.dtypes):
@@ -192,7 +230,13 @@ def survivors(df: Any) -> Any | None:
         return None
     if table.num_rows > rows or table.nbytes > size:
         return None
-    return df.sparkSession.createDataFrame(table, schema=df.schema)
+    schema = df.schema
+    if position is not None:
+        import pyarrow as pa
+
+        table = table.append_column(position, pa.array(range(table.num_rows), pa.int64()))
+        schema = schema.add(position, "long", nullable=False)
+    return df.sparkSession.createDataFrame(table, schema=schema)
 
 
 def filtered_sql(
