@@ -117,8 +117,9 @@ _FORMS = {
 
 
 @pytest.fixture
-def limited_calls(monkeypatch) -> list:
-    """Each lazy limit built: True when its rows were taken as survivors, 0 when none."""
+def survivor_rows(monkeypatch) -> list:
+    """Each time survivors are taken: (for a DataFrame limit, how many rows, None when too
+    many)."""
     from agent.dataframe import _lazyagg
 
     calls: list = []
@@ -126,8 +127,7 @@ def limited_calls(monkeypatch) -> list:
 
     def spy(df, position=None):
         out = real(df, position)
-        if position is not None:
-            calls.append(out is not None and (out.count() > 0 or 0))
+        calls.append((position is not None, None if out is None else out.count()))
         return out
 
     monkeypatch.setattr(_lazyagg, "survivors", spy)
@@ -135,7 +135,7 @@ def limited_calls(monkeypatch) -> list:
 
 
 @pytest.mark.parametrize("form", list(_FORMS))
-def test_sorted_limit_rows_order_and_lineage(lc, spark, data, form, limited_calls):
+def test_sorted_limit_rows_order_and_lineage(lc, spark, data, form, survivor_rows):
     limit, cut = _FORMS[form]
 
     def build(t):
@@ -145,7 +145,8 @@ def test_sorted_limit_rows_order_and_lineage(lc, spark, data, form, limited_call
     plan = _plan(limit(by_order(tables(lc.read, data))))
     # (No rows: Spark plans the empty survivors' join as an empty relation.)
     assert _lazy_plan(plan) or (form == "k-0" and "collect_list" not in plan)
-    assert limited_calls == ([0, 0] if form == "k-0" else [True, True])
+    rows = len(cut(ref_by_order(data.ref())))
+    assert survivor_rows == [(True, rows), (True, rows)]
 
 
 def test_unsorted_limit_takes_some_groups_with_their_lineage(lc, data):
@@ -367,3 +368,86 @@ def test_top_rows_above_the_bound_run_eagerly_with_the_same_lineage(lc, spark, d
         True,
     )
     assert not _lazy_plan(_plan(limit(by_order(tables(lc.read, data)))))
+
+
+# -- lc.sql: GROUP BY ... [HAVING ...] ORDER BY <output> LIMIT n -------------------------------
+
+
+def _sql(lc, spark, data, text):
+    """`text` over the test tables as views (items' order key nulled as `nulled`), run by
+    lc.sql over captured tables or spark.sql over vanilla ones."""
+
+    def build(t):
+        captured = hasattr(t["items"], "lineage_columns")
+        items = nulled(t)
+        items.createOrReplaceTempView("topk_items")
+        return (lc.sql if captured else spark.sql)(text)
+
+    return build
+
+
+_SQL = {
+    "order-limit": (
+        "SELECT okey, sum(qty) AS q, count(*) AS n FROM topk_items GROUP BY okey "
+        "ORDER BY q DESC, okey LIMIT 5",
+        lambda g: sorted(g, key=lambda x: (-x[0]["q"], _nulls_first(x[0]["okey"])))[:5],
+    ),
+    "ordinal-offset": (
+        "SELECT okey, sum(qty) AS q, count(*) AS n FROM topk_items GROUP BY okey "
+        "ORDER BY 3 DESC, 2 DESC, 1 LIMIT 4 OFFSET 2",
+        lambda g: sorted(g, key=lambda x: (-x[0]["n"], -x[0]["q"], _nulls_first(x[0]["okey"])))[
+            2:6
+        ],
+    ),
+    "having-order-limit": (
+        "SELECT okey, sum(qty) AS q, count(*) AS n FROM topk_items GROUP BY okey "
+        "HAVING n >= 2 OR okey IS NULL ORDER BY okey LIMIT 6",
+        lambda g: sorted(
+            [x for x in g if x[0]["n"] >= 2 or x[0]["okey"] is None],
+            key=lambda x: _nulls_first(x[0]["okey"]),
+        )[:6],
+    ),
+    "k-above-groups": (
+        "SELECT okey, sum(qty) AS q, count(*) AS n FROM topk_items GROUP BY okey "
+        "ORDER BY okey LIMIT 1000",
+        lambda g: sorted(g, key=lambda x: _nulls_first(x[0]["okey"])),
+    ),
+}
+
+
+@pytest.mark.parametrize("form", list(_SQL))
+def test_sql_top_k_rows_order_and_lineage(lc, spark, data, form, survivor_rows):
+    text, cut = _SQL[form]
+    build = _sql(lc, spark, data, text)
+    check(lc, spark, data, build, lambda T: cut(ref_by_order(T)), ["okey", "q", "n"], True)
+    assert _lazy_plan(_plan(build(tables(lc.read, data))))
+    # Only the top rows were survivors (their ids alone collected), in each of the 2 runs.
+    rows = len(cut(ref_by_order(data.ref())))
+    assert survivor_rows == [(False, rows), (False, rows)]
+
+
+def test_sql_limit_without_order_takes_some_groups_with_their_lineage(lc, spark, data):
+    q = _sql(
+        lc,
+        spark,
+        data,
+        "SELECT okey, sum(qty) AS q, count(*) AS n FROM topk_items GROUP BY okey LIMIT 7",
+    )(tables(lc.read, data))
+    assert _lazy_plan(_plan(q))
+    rows = q.collect()
+    assert len(rows) == 7 and len({r["okey"] for r in rows}) == 7
+    groups = {R.key_of(r, ["okey"]): (r, lin) for r, lin in ref_by_order(data.ref())}
+    _check_backward(data, q.lineage(), rows, groups)
+
+
+def test_sql_top_k_over_a_join_keeps_the_eager_form(lc, spark, data):
+    tables(lc.read, data)["orders"].createOrReplaceTempView("topk_orders")
+    q = _sql(
+        lc,
+        spark,
+        data,
+        "SELECT status, sum(qty) AS q FROM topk_items JOIN topk_orders "
+        "USING (okey) GROUP BY status ORDER BY q DESC LIMIT 2",
+    )(tables(lc.read, data))
+    plan = _plan(q)
+    assert "collect_list" in plan and not _lazy_plan(plan)

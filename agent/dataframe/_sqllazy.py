@@ -79,11 +79,23 @@ def lazy_block(
     n, m = len(sel.expressions), len(group)
     cols = [fresh("k") for _ in range(m)] + [fresh("c") for _ in range(n)]
     # The survivors: the block as written (its HAVING may name its select aliases), its
-    # group keys added; renamed by position in `filtered_sql`.
+    # group keys added; renamed by position in `filtered_sql`. With a LIMIT, the block's
+    # ORDER BY / LIMIT / OFFSET too: only its top rows collect ids (a top-k), taken by
+    # this one run (ties at the last row too).
+    topk = sel.args.get("limit") is not None
     survivors = sel.copy()
-    for key in ("with_", *_AFTER):
+    for key in ("with_", *([] if topk else _AFTER)):
         survivors.set(key, None)
-    survivors.set("expressions", [g.copy() for g in group] + [e.copy() for e in sel.expressions])
+    keys = [g.copy() for g in group]
+    if topk:
+        # Named apart (ORDER BY names the block's own columns) and counted before them (an
+        # ORDER BY ordinal).
+        keys = [E.alias_(g, c) for g, c in zip(keys, cols)]
+        if survivors.args.get("order") is not None:
+            for o in survivors.args["order"].expressions:
+                if isinstance(o.this, E.Literal) and not o.this.is_string:
+                    o.set("this", E.Literal.number(int(o.this.this) + m))
+    survivors.set("expressions", keys + [e.copy() for e in sel.expressions])
     # The input again: the keys and the ids of the rows that pass WHERE.
     ids = fresh("id")
     pre = sel.copy()
@@ -111,7 +123,9 @@ def lazy_block(
         f"SELECT * FROM {token}", cols, m, names, pre.sql(dialect="spark"), ids, out
     )
     node = sqlglot.parse_one(text, read="spark")
-    for key in ("with_", *_AFTER):
+    # (After a top-k, its ORDER BY and LIMIT again, not OFFSET: one sort in one task of
+    # the k rows; a sort alone would sample them, running the join once more.)
+    for key in ("with_", *(("order", "limit") if topk else _AFTER)):
         if sel.args.get(key) is not None:
             node.set(key, sel.args[key])
     rw.cps |= frame.lineage_columns.cps
@@ -119,12 +133,16 @@ def lazy_block(
 
 
 def _plain(E: Any, sel: Any) -> bool:
-    """A one-view block with a plain GROUP BY and a HAVING, nothing else that changes rows."""
+    """A one-view block with a plain GROUP BY and a HAVING or a LIMIT, nothing else that
+    changes rows."""
     for key, value in sel.args.items():
         if value and key not in _CLAUSES and key not in _AFTER:
             return False
     group, having, from_ = sel.args.get("group"), sel.args.get("having"), sel.args.get("from_")
-    if group is None or having is None or from_ is None or not group.expressions:
+    limit = sel.args.get("limit")
+    if group is None or (having is None and limit is None) or from_ is None:
+        return False
+    if not group.expressions:
         return False
     if any(v for k, v in group.args.items() if k != "expressions"):
         return False
