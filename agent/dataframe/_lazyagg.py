@@ -30,8 +30,13 @@ nondeterministic one), group keys that are visible columns of an atomic type, an
 `groupBy` (not rollup / cube / grouping sets). Anything else (a UDF, `on_error="skip"`,
 `sample`, joins, windows, a replayed or cached input) keeps the eager form.
 
-`lc.sql`'s HAVING blocks take the same plan, written in SQL (`filtered_sql`), where the same
-rules hold (`_sqllazy`).
+A `limit` on such an aggregate, directly or after an `orderBy` on it (and so `show`, `take`,
+`first`, `head`), takes the same plan (`limited`): `S` is the aggregate without ids sorted
+and limited, computed once (a tie at the k-th row resolved by that run, for the values and
+the ids alike), each row with its position, by which the result is returned in order.
+
+`lc.sql`'s HAVING and LIMIT blocks take the same plan, written in SQL (`filtered_sql`), where
+the same rules hold (`_sqllazy`).
 """
 
 from __future__ import annotations

@@ -113,7 +113,8 @@ class FrameAgent:
         """groupBy/rollup/cube/groupingSets(...).agg(...): each group also collects its
         rows' ids (`group` applies the grouping, over `cols`, to a DataFrame). A groupBy over
         an input cheap and safe to recompute collects them lazily: only when a filter on
-        its output (HAVING) asks, for the surviving groups (`_lazyagg`)."""
+        its output (HAVING) or a limit (top-k, `show`, `take`) asks, for the surviving
+        groups (`_lazyagg`)."""
         from ._lazyagg import lazy_aggregate
 
         lin = frame._lin
@@ -127,7 +128,7 @@ class FrameAgent:
         lazy = lazy_aggregate(frame, kind, cols, exprs, self.aggregates)
         if lazy is None:
             return LineageDataFrame(self, eager(), out_lin)
-        # Any use but a filter builds the eager aggregate (on first use).
+        # Any use but a filter or a limit builds the eager aggregate (on first use).
         out = LineageDataFrame(self, None, out_lin, make=eager)
         out._lazy = lazy
         return out

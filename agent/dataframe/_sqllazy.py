@@ -10,7 +10,9 @@ keeps it there, in `eager_blocks`) becomes `_lazyagg`'s plan
 written in SQL (`filtered_sql`): the block itself without ids, its group keys added as
 columns (the survivors, computed now and passed to Spark as a DataFrame argument of the
 rewritten text when few: `_lazyagg.survivors`), broadcast and joined null-safely on the keys
-to `v`'s rows that pass `w` (keys and ids), grouped again by the survivors' keys. Replay runs
+to `v`'s rows that pass `w` (keys and ids), grouped again by the survivors' keys. A block
+with a LIMIT (HAVING then optional) keeps its ORDER BY / LIMIT / OFFSET in the survivors (a
+top-k: only its rows collect ids); its ORDER BY and LIMIT sort them again above. Replay runs
 the text with the survivors' query in their place, over the rebuilt views.
 
 It applies only where it is exact, by `_lazyagg`'s rules: `v` is a view of a captured
