@@ -451,3 +451,15 @@ def test_sql_top_k_over_a_join_keeps_the_eager_form(lc, spark, data):
     )(tables(lc.read, data))
     plan = _plan(q)
     assert "collect_list" in plan and not _lazy_plan(plan)
+
+
+def test_replay_and_an_empty_aggregate(lc, data):
+    t = tables(lc.read, data)
+    q = by_order(t).orderBy(F.col("q").desc(), "okey").limit(3)
+    out = q.collect()
+    assert _lazy_plan(_plan(q))
+    traced = q.lineage().filter(lambda r: r["okey"] == out[0]["okey"]).go_back_all()
+    # Evaluated on one group's source rows, the top 3 is that group's row.
+    assert lc.replay(traced) == [out[0]]
+    empty = t["items"].where("qty > 100").groupBy("okey").agg(F.count("*").alias("n"))
+    assert empty.orderBy("n").first() is None and empty.take(2) == []
