@@ -11,7 +11,7 @@ def main(url: str, work: str) -> None:
     from pyspark.sql import SparkSession, Window
     from pyspark.sql import functions as F
 
-    from agent import LineageContext
+    from agent import LineageContext, LineageRDD
     from repository import ProvenanceRepository, RepositoryConfig
 
     spark = SparkSession.builder.remote(url).getOrCreate()
@@ -75,6 +75,30 @@ def main(url: str, work: str) -> None:
         s.collect()
         got = sorted(tuple(x) for x in lc.replay(s, exclude=one.lineage().go_back_all()))
         assert got == [(k, 8) for k in (0, 2, 3, 4)], got
+
+        # A lazy top-k (`take` of a sorted aggregate of createDataFrame rows, the default
+        # policy): the survivors travel as Arrow data both ways; each row's own group.
+        from agent.dataframe import _lazyagg
+
+        built = []
+        real = _lazyagg.limited
+        _lazyagg.limited = lambda *a: built.append(a[-1]) or real(*a)
+
+        def top(df):
+            agg = df.groupBy("okey").agg(F.sum("price").alias("s"), F.count("*").alias("n"))
+            return agg.orderBy(F.col("s").desc(), "okey")
+
+        t = top(lc.createDataFrame(items, "okey INT, price DOUBLE"))
+        got = t.take(4)
+        assert got == top(spark.createDataFrame(items, "okey INT, price DOUBLE")).take(4)
+        assert built == [4], built
+        _lazyagg.limited = real
+        ids = t.lineage().record_ids
+        for i, row in enumerate(got):
+            back = LineageRDD(repo, lc.run_id, ids[i : i + 1]).go_back_all().collect()
+            assert {(x["okey"], x["price"]) for x in back} == {
+                (a, b) for a, b in items if a == row.okey
+            }, row
 
         # A UDF that raises: the failed action names the rows it raises on as culprits
         # (a deterministic call takes no ids: the site's name must come back in the
