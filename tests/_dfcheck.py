@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import _dfref as R
 import numpy as np
+from pyspark.sql import functions as F
 
 from agent import LineageRDD
 from journals import unpack_record_ids
@@ -141,3 +142,26 @@ def check(
             got_rows = Counter(R.key_of(rows[p], cols) for p in positions)
             want_rows = Counter(R.key_of(r, cols) for r, l2 in expected if (name, line) in l2)
             assert got_rows == want_rows, (name, line)
+
+
+def nulled(t):
+    """items with the order key of every fifth order null (the generated data has none)."""
+    okey = F.col("okey")
+    return t["items"].withColumn("okey", F.when(okey % 5 == 0, None).otherwise(okey))
+
+
+def ref_nulled(T):
+    return R.select(T["items"], lambda r: {**r, "okey": None if r["okey"] % 5 == 0 else r["okey"]})
+
+
+def qty_by_order(t):
+    """items' quantity per order (null keys: one group), the aggregate a test filters."""
+    return nulled(t).groupBy("okey").agg(F.sum("qty").alias("q"), F.count("*").alias("n"))
+
+
+def ref_qty_by_order(T):
+    return R.group(
+        ref_nulled(T),
+        lambda r: (r["okey"],),
+        lambda k, rs: {"okey": k[0], "q": sum(r["qty"] for r in rs), "n": len(rs)},
+    )

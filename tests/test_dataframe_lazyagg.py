@@ -14,7 +14,16 @@ import math
 
 import _dfref as R
 import pytest
-from _dfcheck import Data, check, make_data, tables
+from _dfcheck import (
+    Data,
+    check,
+    make_data,
+    nulled,
+    qty_by_order,
+    ref_nulled,
+    ref_qty_by_order,
+    tables,
+)
 from pyspark.sql import Window
 from pyspark.sql import functions as F
 
@@ -37,29 +46,6 @@ def lc(spark, tmp_path):
 @pytest.fixture(scope="module")
 def data(tmp_path_factory) -> Data:
     return make_data(tmp_path_factory.mktemp("tables"))
-
-
-def nulled(t):
-    """items with the order key of every fifth order null (the generated data has none)."""
-    okey = F.col("okey")
-    return t["items"].withColumn("okey", F.when(okey % 5 == 0, None).otherwise(okey))
-
-
-def ref_nulled(T):
-    return R.select(T["items"], lambda r: {**r, "okey": None if r["okey"] % 5 == 0 else r["okey"]})
-
-
-def qty_by_order(t):
-    """items' quantity per order (null keys: one group), the aggregate a test filters."""
-    return nulled(t).groupBy("okey").agg(F.sum("qty").alias("q"), F.count("*").alias("n"))
-
-
-def ref_qty_by_order(T):
-    return R.group(
-        ref_nulled(T),
-        lambda r: (r["okey"],),
-        lambda k, rs: {"okey": k[0], "q": sum(r["qty"] for r in rs), "n": len(rs)},
-    )
 
 
 @pytest.mark.parametrize("bound", [6, 1000, 0], ids=["some-survive", "none-survive", "all-survive"])

@@ -15,7 +15,16 @@ import math
 
 import _dfref as R
 import pytest
-from _dfcheck import SCHEMAS, Data, check, make_data, tables
+from _dfcheck import (
+    SCHEMAS,
+    Data,
+    check,
+    make_data,
+    nulled,
+    qty_by_order,
+    ref_qty_by_order,
+    tables,
+)
 from pyspark.sql import functions as F
 
 from agent import LineageContext, LineageRDD
@@ -68,28 +77,6 @@ def _lazy_plan(plan: str) -> bool:
     )
 
 
-def nulled(t):
-    """items with the order key of every fifth order null."""
-    okey = F.col("okey")
-    return t["items"].withColumn("okey", F.when(okey % 5 == 0, None).otherwise(okey))
-
-
-def ref_nulled(T):
-    return R.select(T["items"], lambda r: {**r, "okey": None if r["okey"] % 5 == 0 else r["okey"]})
-
-
-def by_order(t):
-    return nulled(t).groupBy("okey").agg(F.sum("qty").alias("q"), F.count("*").alias("n"))
-
-
-def ref_by_order(T):
-    return R.group(
-        ref_nulled(T),
-        lambda r: (r["okey"],),
-        lambda k, rs: {"okey": k[0], "q": sum(r["qty"] for r in rs), "n": len(rs)},
-    )
-
-
 def _nulls_first(v):
     return (v is not None, v if v is not None else 0)
 
@@ -139,21 +126,21 @@ def test_sorted_limit_rows_order_and_lineage(lc, spark, data, form, survivor_row
     limit, cut = _FORMS[form]
 
     def build(t):
-        return limit(by_order(t))
+        return limit(qty_by_order(t))
 
-    check(lc, spark, data, build, lambda T: cut(ref_by_order(T)), ["okey", "q", "n"], True)
-    plan = _plan(limit(by_order(tables(lc.read, data))))
+    check(lc, spark, data, build, lambda T: cut(ref_qty_by_order(T)), ["okey", "q", "n"], True)
+    plan = _plan(limit(qty_by_order(tables(lc.read, data))))
     # (No rows: Spark plans the empty survivors' join as an empty relation.)
     assert _lazy_plan(plan) or (form == "k-0" and "collect_list" not in plan)
-    rows = len(cut(ref_by_order(data.ref())))
+    rows = len(cut(ref_qty_by_order(data.ref())))
     assert survivor_rows == [(True, rows), (True, rows)]
 
 
 def test_unsorted_limit_takes_some_groups_with_their_lineage(lc, data):
     """`limit` without an order: some `k` groups (which ones is Spark's choice), each with
     exactly its group's lineage."""
-    agg = by_order(tables(lc.read, data))
-    groups = {R.key_of(r, ["okey"]): (r, lin) for r, lin in ref_by_order(data.ref())}
+    agg = qty_by_order(tables(lc.read, data))
+    groups = {R.key_of(r, ["okey"]): (r, lin) for r, lin in ref_qty_by_order(data.ref())}
     q = agg.limit(7)
     assert _lazy_plan(_plan(q))
     rows = q.collect()
@@ -189,7 +176,7 @@ def test_limited_actions_are_lazy_and_exact(lc, spark, data, action, monkeypatch
     monkeypatch.setattr(_lazyagg, "limited", spy)
 
     def ordered(t):
-        return by_order(t).orderBy(F.col("n").desc(), F.col("q").desc(), "okey")
+        return qty_by_order(t).orderBy(F.col("n").desc(), F.col("q").desc(), "okey")
 
     def run(frame):
         if action == "take":
@@ -215,7 +202,7 @@ def test_limited_actions_are_lazy_and_exact(lc, spark, data, action, monkeypatch
         rows = q.lineage().collect() if action == "show" else got
     lin = q.lineage()
     assert built == ([5] if action == "show" else [1] if action == "first" else [4])
-    groups = {R.key_of(r, ["okey"]): (r, lin_) for r, lin_ in ref_by_order(data.ref())}
+    groups = {R.key_of(r, ["okey"]): (r, lin_) for r, lin_ in ref_qty_by_order(data.ref())}
     want = sorted(
         groups.values(), key=lambda x: (-x[0]["n"], -x[0]["q"], _nulls_first(x[0]["okey"]))
     )
@@ -327,14 +314,14 @@ def test_a_join_input_keeps_the_eager_lineage(lc, spark, data):
 
 def test_csv_under_auto_keeps_the_eager_form(auto, spark, data):
     def build(t):
-        return by_order(t).orderBy(F.col("q").desc(), "okey").limit(5)
+        return qty_by_order(t).orderBy(F.col("q").desc(), "okey").limit(5)
 
     check(
         auto,
         spark,
         data,
         build,
-        lambda T: _FORMS["top-5"][1](ref_by_order(T)),
+        lambda T: _FORMS["top-5"][1](ref_qty_by_order(T)),
         ["okey", "q", "n"],
         True,
     )
@@ -362,12 +349,12 @@ def test_top_rows_above_the_bound_run_eagerly_with_the_same_lineage(lc, spark, d
         lc,
         spark,
         data,
-        lambda t: limit(by_order(t)),
-        lambda T: cut(ref_by_order(T)),
+        lambda t: limit(qty_by_order(t)),
+        lambda T: cut(ref_qty_by_order(T)),
         ["okey", "q", "n"],
         True,
     )
-    assert not _lazy_plan(_plan(limit(by_order(tables(lc.read, data)))))
+    assert not _lazy_plan(_plan(limit(qty_by_order(tables(lc.read, data)))))
 
 
 # -- lc.sql: GROUP BY ... [HAVING ...] ORDER BY <output> LIMIT n -------------------------------
@@ -419,10 +406,10 @@ _SQL = {
 def test_sql_top_k_rows_order_and_lineage(lc, spark, data, form, survivor_rows):
     text, cut = _SQL[form]
     build = _sql(lc, spark, data, text)
-    check(lc, spark, data, build, lambda T: cut(ref_by_order(T)), ["okey", "q", "n"], True)
+    check(lc, spark, data, build, lambda T: cut(ref_qty_by_order(T)), ["okey", "q", "n"], True)
     assert _lazy_plan(_plan(build(tables(lc.read, data))))
     # Only the top rows were survivors (their ids alone collected), in each of the 2 runs.
-    rows = len(cut(ref_by_order(data.ref())))
+    rows = len(cut(ref_qty_by_order(data.ref())))
     assert survivor_rows == [(False, rows), (False, rows)]
 
 
@@ -436,7 +423,7 @@ def test_sql_limit_without_order_takes_some_groups_with_their_lineage(lc, spark,
     assert _lazy_plan(_plan(q))
     rows = q.collect()
     assert len(rows) == 7 and len({r["okey"] for r in rows}) == 7
-    groups = {R.key_of(r, ["okey"]): (r, lin) for r, lin in ref_by_order(data.ref())}
+    groups = {R.key_of(r, ["okey"]): (r, lin) for r, lin in ref_qty_by_order(data.ref())}
     _check_backward(data, q.lineage(), rows, groups)
 
 
@@ -455,7 +442,7 @@ def test_sql_top_k_over_a_join_keeps_the_eager_form(lc, spark, data):
 
 def test_replay_and_an_empty_aggregate(lc, data):
     t = tables(lc.read, data)
-    q = by_order(t).orderBy(F.col("q").desc(), "okey").limit(3)
+    q = qty_by_order(t).orderBy(F.col("q").desc(), "okey").limit(3)
     out = q.collect()
     assert _lazy_plan(_plan(q))
     traced = q.lineage().filter(lambda r: r["okey"] == out[0]["okey"]).go_back_all()
