@@ -20,7 +20,6 @@ written without passing through the driver.
 
 from __future__ import annotations
 
-import gc
 import re
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -28,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from journals import ProvenanceEvent, unique_ids, unpack_record_ids
+from journals import ProvenanceEvent, gc_paused, unique_ids, unpack_record_ids
 
 from ._spark_trace import SPARK_THRESHOLD, SparkSet
 from ._trace_tasks import value_of
@@ -218,13 +217,8 @@ class LineageRDD:
             return [v for _rid, v in sorted(r.data().collect(), key=lambda t: t[0])]
         # A big trace holds millions of new rows: the cyclic collector would walk all of them
         # again at each full pass while the list grows (~20% of the trace); none is in a cycle.
-        was = gc.isenabled()
-        gc.disable()
-        try:
+        with gc_paused():
             return list(self.toLocalIterator())
-        finally:
-            if was:
-                gc.enable()
 
     def toLocalIterator(self, page: int | None = None) -> Iterator[Any]:
         """The raw records one at a time, read `page` records (default PAGE) at a time."""

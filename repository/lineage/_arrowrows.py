@@ -18,11 +18,12 @@ through pyarrow scalars (~1-2 us a value):
 
 from __future__ import annotations
 
-import gc
 from itertools import repeat
 from typing import Any
 
 import numpy as np
+
+from journals import gc_paused
 
 # Below this many values a column goes through `to_pylist()`: the bulk paths' set-up is not
 # worth it.
@@ -41,16 +42,11 @@ def rows_of(table: Any) -> list:
         return [Row() for _ in range(table.num_rows)]
     # Millions of new containers would trigger the cyclic collector over and over (it cost
     # more than building the rows); none of them can form a cycle.
-    was = gc.isenabled()
-    gc.disable()
-    try:
+    with gc_paused():
         cols = [column_values(c) for c in table.columns]
         rows = list(map(tuple.__new__, repeat(Row), zip(*cols)))
         for row in rows:  # what Row(**kw) sets, without its per-row Python call
             row.__dict__["__fields__"] = fields
-    finally:
-        if was:
-            gc.enable()
     return rows
 
 
