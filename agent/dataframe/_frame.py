@@ -17,7 +17,7 @@ from pyspark.sql import functions as F
 from .._rdd import UnsupportedOperation
 from . import _windows
 from ._columns import Lineage, collected, fresh, is_hidden, null_of
-from ._recipe import recorded
+from ._recipe import Call, recipe_of, recorded
 from ._udf import CURRENT, uses_current, vanilla_named
 
 if TYPE_CHECKING:
@@ -153,11 +153,10 @@ class LineageDataFrame:
         # orderBy): the same rows in the same order.
         self._collected_df: Any = None
         # An aggregate whose ids a filter or limit on its output collects for its survivors
-        # only.
+        # only (a limit also through projections and sorts of it: `_top_k_chain`).
         self._lazy: LazyAggregate | None = None
-        # A lazy aggregate's frame sorted (the aggregate frame, the order, orderBy's
-        # kwargs): a limit on it collects the ids of the top rows only.
-        self._lazy_order: tuple[LineageDataFrame, list, dict] | None = None
+        # Cached or persisted: a limit reads these rows, not a lazy aggregate under them.
+        self._cached = False
 
     # -- plumbing ----------------------------------------------------------------------------
 
@@ -197,6 +196,12 @@ class LineageDataFrame:
     @property
     def lineage_columns(self) -> Lineage:
         return self._lin
+
+    def rebased(self, df: Any, lin: Lineage) -> LineageDataFrame:
+        """A frame of this one's context over another DataFrame `df`, whose hidden columns
+        are `lin`'s (the lazy top-k replays a frame's calls over its aggregate's rows with
+        their group keys hidden: `_lazyagg.limited`)."""
+        return self._new(df, lin)
 
     def _src(self, *cols: Any) -> Any:
         """The underlying DataFrame, plus the row's ids as `__prov_cur` when one of `cols`
@@ -394,8 +399,6 @@ class LineageDataFrame:
         frame = LineageDataFrame(self._agent, None, self._lin, make=ordered)
         frame._columns = self._columns
         frame._collected_df = one if src is self._df else one.drop(CURRENT)
-        if self._lazy is not None and src is self._df:
-            frame._lazy_order = (self, order, kwargs)
         return frame
 
     sort = orderBy
@@ -420,21 +423,46 @@ class LineageDataFrame:
         return out
 
     def limit(self, num: int) -> LineageDataFrame:
-        # A lazy aggregate, sorted or not: only the top `num` groups collect their ids
-        # (`show`, `take`, `first`, `head` limit through here). Its frame, unless cached.
-        agg, order, kwargs = (self, None, {}) if self._lazy_order is None else self._lazy_order
-        lazy = agg._lazy
-        if lazy is not None and isinstance(num, int) and not isinstance(num, bool):
+        # Over a lazy aggregate, through projections and sorts of it: only the top `num`
+        # rows collect their groups' ids (`show`, `take`, `first`, `head` limit through here).
+        exact = isinstance(num, int) and not isinstance(num, bool)
+        chain = self._top_k_chain() if exact else None
+        if chain is not None:
             from ._lazyagg import limited
 
+            agg, calls = chain
+            lazy = agg._lazy
+            assert lazy is not None
             # Built on first use (a job: the top rows are computed then, once).
             return LineageDataFrame(
                 self._agent,
                 None,
                 self._lin,
-                make=lambda: limited(lazy, agg, order, kwargs, num),
+                make=lambda: limited(lazy, agg, calls, self, num),
             )
         return self._same_columns(self._df.limit(num))
+
+    def _top_k_chain(self) -> tuple[LineageDataFrame, list[Call]] | None:
+        """The lazy aggregate this frame is made from and the calls that made it from there,
+        when each call keeps every row's lineage its group's (`_lazyagg.top_k_step`: a
+        projection one row at a time or a sort, deterministic builtins only) and no frame on
+        the way is cached; else None."""
+        from ._lazyagg import top_k_step
+
+        calls: list[Call] = []
+        obj = self
+        while obj._lazy is None:
+            recipe = recipe_of(obj)
+            if obj._cached or not isinstance(recipe, Call) or not top_k_step(recipe):
+                return None
+            receiver = recipe.receiver
+            # The same hidden columns: no window's frame, no global aggregate (a select of
+            # sum(x) is one) came in between.
+            if type(receiver) is not LineageDataFrame or receiver._lin is not obj._lin:
+                return None
+            calls.append(recipe)
+            obj = receiver
+        return obj, calls[::-1]  # (cache() clears `_lazy`: the aggregate is not cached)
 
     def offset(self, num: int) -> LineageDataFrame:
         return self._same_columns(self._df.offset(num))
@@ -455,12 +483,14 @@ class LineageDataFrame:
         return self._same_columns(self._df.hint(name, *parameters))
 
     def cache(self) -> LineageDataFrame:
-        self._lazy = self._lazy_order = None  # later filters read the cached (eager) rows
+        self._lazy = None  # later filters and limits read the cached (eager) rows
+        self._cached = True
         self._df.cache()
         return self
 
     def persist(self, *args: Any, **kwargs: Any) -> LineageDataFrame:
-        self._lazy = self._lazy_order = None
+        self._lazy = None
+        self._cached = True
         self._df.persist(*args, **kwargs)
         return self
 

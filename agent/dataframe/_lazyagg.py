@@ -30,10 +30,13 @@ nondeterministic one), group keys that are visible columns of an atomic type, an
 `groupBy` (not rollup / cube / grouping sets). Anything else (a UDF, `on_error="skip"`,
 `sample`, joins, windows, a replayed or cached input) keeps the eager form.
 
-A `limit` on such an aggregate, directly or after an `orderBy` on it (and so `show`, `take`,
-`first`, `head`), takes the same plan (`limited`): `S` is the aggregate without ids sorted
-and limited, computed once (a tie at the k-th row resolved by that run, for the values and
-the ids alike), each row with its position, by which the result is returned in order.
+A `limit` on such an aggregate (and so `show`, `take`, `first`, `head`), directly or through
+sorts and row-at-a-time projections of it (`top_k_step`: select / selectExpr / withColumn(s)
+/ renames / drop / toDF / alias / orderBy / sort, deterministic builtins only, no window),
+takes the same plan (`limited`): those calls replayed over the aggregate without ids, its
+group keys carried along as hidden columns, sorted and limited: `S`, computed once (a tie at
+the k-th row resolved by that run, for the values and the ids alike), each row with its
+position, by which the rows return in order, each with its group's ids.
 
 `lc.sql`'s HAVING and LIMIT blocks take the same plan, written in SQL (`filtered_sql`), where
 the same rules hold (`_sqllazy`).
@@ -48,11 +51,11 @@ from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import functions as F
 
-from ._columns import collected, fresh
+from ._columns import Lineage, collected, fresh
 from ._frame import quoted  # _frame imports this module lazily: no cycle at load
 from ._policy import CHEAP_SOURCES
 from ._recipe import Call, Source, recipe_of
-from ._windows import column_text
+from ._windows import column_text, windows_in
 
 if TYPE_CHECKING:
     from ._frame import LineageDataFrame
@@ -73,6 +76,10 @@ _ROW_AT_A_TIME = frozenset(
         "where",
     }
 )
+
+# Recorded calls between a lazy aggregate and a limit that keep each row's lineage its
+# group's: projections of one row at a time, renames, and sorts (the top-k's order).
+_TOP_K_STEPS = (_ROW_AT_A_TIME - {"filter", "where"}) | {"orderBy", "sort"}
 
 # Spark builtins whose value differs between two runs of the same plan.
 _NONDETERMINISTIC = frozenset(
@@ -164,53 +171,86 @@ def filtered(lazy: LazyAggregate, eager: LineageDataFrame, condition: Any) -> An
     kept = survivors(plain.filter(condition).toDF(*s))
     if kept is None:
         return eager._df.filter(condition)
-    grouped = _joined(lazy, kept, s, s[len(lazy.keys) :], name)
+    m = len(lazy.keys)
+    grouped = _joined(lazy, kept, s[:m], s[:m], s[m:], name)
     return grouped.select(*[F.col(c).alias(n) for c, n in zip(s, names)], name)
+
+
+def top_k_step(call: Call) -> bool:
+    """Whether a recorded call on a lazy aggregate (or on a frame made from it by such
+    calls) may stand between the aggregate and a limit in the lazy top-k: a row-at-a-time
+    projection or a sort, calling Spark's deterministic builtins only (no UDF: a captured one
+    records the row's ids, which the replay does not carry), with no window (its value is
+    not the row's alone)."""
+    from ._udf import uses_current
+
+    args = (*call.args, *call.kwargs.values())
+    if call.method not in _TOP_K_STEPS or not _deterministic(args):
+        return False
+    texts = [column_text(a) for a in _flat_args(args) if isinstance(a, str) or _is_column(a)]
+    return not uses_current(texts) and not any(windows_in(t) for t in texts)
 
 
 def limited(
     lazy: LazyAggregate,
-    eager: LineageDataFrame,
-    order: list | None,
-    kwargs: dict,
+    agg: LineageDataFrame,
+    calls: list[Call],
+    frame: LineageDataFrame,
     num: int,
 ) -> Any:
-    """The first `num` rows of `lazy`'s aggregate (sorted by `order`, `orderBy`'s `kwargs`,
-    when given), in that order, each with its group's ids in the `eager` aggregate frame's
-    one array column: what the eager aggregate, sorted and limited, holds. Runs a job: the
-    rows are computed now, once (`survivors`: ties at the `num`-th row resolved by that one
-    run, both for the values and the ids); when they are too many, the eager aggregate
-    sorted and limited."""
-    (name,) = eager._lin.arrays
-    plain = eager._df.drop(name)
-    if order is not None:
-        plain = plain.orderBy(*order, **kwargs)
-    names = list(plain.columns)
-    s = [fresh("s") for _ in names]
+    """The first `num` rows of `frame`, which `calls` (each a `top_k_step`) made from `lazy`'s
+    aggregate frame `agg`, in that order, each with its group's ids in `agg`'s one array
+    column: what `frame` limited holds. Runs a job: the rows are computed now, once, by
+    `calls` replayed over the aggregate without ids, its group keys carried as hidden columns
+    (`survivors`: ties at the `num`-th row resolved by that one run, both for the values and
+    the ids); when they are too many, or a call does not resolve over the replayed frame (a
+    column taken from another frame, `df2["r"]`), `frame` eagerly, limited."""
+    from pyspark.errors import AnalysisException
+
+    lin = agg.lineage_columns
+    (name,) = lin.arrays
+    plain = agg.dataframe.drop(name)
+    hidden = [fresh("g") for _ in lazy.keys]
+    try:
+        # The keys by name: the aggregate's first columns (its own ids kept, so that
+        # `agg["q"]` in a call still resolves).
+        keyed = plain.withColumns(dict(zip(hidden, map(quoted, plain.columns[: len(hidden)]))))
+        top = agg.rebased(keyed, Lineage(tuple(hidden), (), lin.cps))
+        for call in calls:
+            top = getattr(top, call.method)(*call.args, **call.kwargs)
+        rows = top.dataframe.limit(num)
+        columns = list(rows.columns)
+    except AnalysisException:
+        return frame.dataframe.limit(num)
+    s = [fresh("s") for _ in columns]
     pos = fresh("pos")
-    kept = survivors(plain.limit(num).toDF(*s), position=pos)
+    kept = survivors(rows.toDF(*s), position=pos)
     if kept is None:
-        whole = eager._df if order is None else eager._df.orderBy(*order, **kwargs)
-        return whole.limit(num)
-    grouped = _joined(lazy, kept, s, [*s[len(lazy.keys) :], pos], name)
+        return frame.dataframe.limit(num)
+    named = dict(zip(columns, s))  # (hidden names are unique)
+    values = [(sn, c) for c, sn in zip(columns, s) if c not in hidden]
+    grouped = _joined(lazy, kept, [named[h] for h in hidden], [pos], [v for v, _ in values], name)
     # The k rows in the survivors' order: one task sorts them (a global sort would sample,
     # running the join and grouping above once more).
     ordered = grouped.coalesce(1).sortWithinPartitions(pos)
-    return ordered.select(*[F.col(c).alias(n) for c, n in zip(s, names)], name)
+    return ordered.select(*[F.col(v).alias(c) for v, c in values], name)
 
 
-def _joined(lazy: LazyAggregate, kept: Any, s: list[str], values: list[str], name: str) -> Any:
+def _joined(
+    lazy: LazyAggregate, kept: Any, keys: list[str], by: list[str], values: list[str], name: str
+) -> Any:
     """`lazy`'s input (its keys and ids) joined null-safely to the broadcast survivors
-    `kept` (keys `s[:len(keys)]`), grouped by those keys: each survivor's `values` columns
-    (`first`: equal in a group) and its group's ids in the array column `name`."""
+    `kept` (keys `keys`), grouped by `by` (a survivor's keys, or its position when a key
+    may repeat): each survivor's `values` columns (`first`: equal in a group) and its
+    group's ids in the array column `name`."""
     src = lazy.frame._lin
     k = [fresh("k") for _ in lazy.keys]
     ids = [quoted(h) for h in src.longs]
     pre = lazy.frame._df.select(*[quoted(c).alias(kn) for c, kn in zip(lazy.keys, k)], *ids)
-    on = reduce(lambda a, b: a & b, [F.col(kn).eqNullSafe(F.col(sn)) for kn, sn in zip(k, s)])
+    on = reduce(lambda a, b: a & b, [F.col(kn).eqNullSafe(F.col(sn)) for kn, sn in zip(k, keys)])
     return (
         pre.join(F.broadcast(kept), on, "inner")
-        .groupBy(*s[: len(k)])
+        .groupBy(*by)
         .agg(*[F.first(F.col(c)).alias(c) for c in values], collected(F, src, name))
     )
 
@@ -310,6 +350,19 @@ def recomputable(frame: LineageDataFrame) -> Source | None:
         obj = recipe.receiver
         if type(obj) is not LineageDataFrame:
             return None
+
+
+def _is_column(arg: Any) -> bool:
+    return type(arg).__name__ == "Column"
+
+
+def _flat_args(args: Any) -> list:
+    """`args`' leaves (a dict's keys and values, a list's items)."""
+    if isinstance(args, list | tuple):
+        return [x for a in args for x in _flat_args(a)]
+    if isinstance(args, dict):
+        return _flat_args([*args.keys(), *args.values()])
+    return [args]
 
 
 def _deterministic(arg: Any) -> bool:
