@@ -9,6 +9,7 @@ import random
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import _dfref as R
 import numpy as np
@@ -98,9 +99,9 @@ def check(
     ref: Callable[[dict], R.Table],
     cols: list[str],
     ordered: bool = False,
-) -> None:
+) -> Any:
     """Rows equal vanilla's; each row's backward trace and each line's forward trace equal
-    the brute-force reference's."""
+    the brute-force reference's. Returns the captured query (its plan, as it ran)."""
     # Few scan partitions, several pieces each: positions are not trivial.
     spark.conf.set("spark.sql.files.maxPartitionBytes", "700")
     try:
@@ -142,6 +143,7 @@ def check(
             got_rows = Counter(R.key_of(rows[p], cols) for p in positions)
             want_rows = Counter(R.key_of(r, cols) for r, l2 in expected if (name, line) in l2)
             assert got_rows == want_rows, (name, line)
+    return q
 
 
 def nulled(t):
