@@ -447,13 +447,13 @@ class LineageDataFrame:
         when each call keeps every row's lineage its group's (`_lazyagg.top_k_step`: a
         projection one row at a time or a sort, deterministic builtins only) and no frame on
         the way is cached; else None."""
-        from ._lazyagg import top_k_step
+        from ._lazyagg import TOP_K_STEPS, top_k_step
 
         calls: list[Call] = []
         obj = self
         while obj._lazy is None:
             recipe = recipe_of(obj)
-            if obj._cached or not isinstance(recipe, Call) or not top_k_step(recipe):
+            if obj._cached or not isinstance(recipe, Call) or recipe.method not in TOP_K_STEPS:
                 return None
             receiver = recipe.receiver
             # The same hidden columns: no window's frame, no global aggregate (a select of
@@ -462,7 +462,12 @@ class LineageDataFrame:
                 return None
             calls.append(recipe)
             obj = receiver
-        return obj, calls[::-1]  # (cache() clears `_lazy`: the aggregate is not cached)
+        # (The arguments last: reading a Column's text is a round trip to the JVM, paid only
+        # by a limit that does reach a lazy aggregate. cache() clears `_lazy`: the aggregate
+        # itself is not cached.)
+        if not all(top_k_step(c) for c in calls):
+            return None
+        return obj, calls[::-1]
 
     def offset(self, num: int) -> LineageDataFrame:
         return self._same_columns(self._df.offset(num))

@@ -79,7 +79,7 @@ _ROW_AT_A_TIME = frozenset(
 
 # Recorded calls between a lazy aggregate and a limit that keep each row's lineage its
 # group's: projections of one row at a time, renames, and sorts (the top-k's order).
-_TOP_K_STEPS = (_ROW_AT_A_TIME - {"filter", "where"}) | {"orderBy", "sort"}
+TOP_K_STEPS = (_ROW_AT_A_TIME - {"filter", "where"}) | {"orderBy", "sort"}
 
 # Spark builtins whose value differs between two runs of the same plan.
 _NONDETERMINISTIC = frozenset(
@@ -185,7 +185,7 @@ def top_k_step(call: Call) -> bool:
     from ._udf import uses_current
 
     args = (*call.args, *call.kwargs.values())
-    if call.method not in _TOP_K_STEPS or not _deterministic(args):
+    if call.method not in TOP_K_STEPS or not _deterministic(args):
         return False
     texts = [column_text(a) for a in _flat_args(args) if isinstance(a, str) or _is_column(a)]
     return not uses_current(texts) and not any(windows_in(t) for t in texts)
@@ -212,8 +212,8 @@ def limited(
     plain = agg.dataframe.drop(name)
     hidden = [fresh("g") for _ in lazy.keys]
     try:
-        # The keys by name: the aggregate's first columns (its own ids kept, so that
-        # `agg["q"]` in a call still resolves).
+        # The keys by name: the aggregate's first columns (its columns kept as they are, so
+        # that `agg["q"]` in a call still resolves).
         keyed = plain.withColumns(dict(zip(hidden, map(quoted, plain.columns[: len(hidden)]))))
         top = agg.rebased(keyed, Lineage(tuple(hidden), (), lin.cps))
         for call in calls:
