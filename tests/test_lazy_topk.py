@@ -141,55 +141,25 @@ _FORMS = {
         ),
         [*_QN, "avg"],
     ),
-    "keys-projected-away": (
+    # The sort first, then every other projection, the key projected away (in a label).
+    "sort-then-projections-keys-away": (
         lambda a: (
-            a.select(
-                (F.col("q") * 100 + F.col("n")).alias("r"),
-                F.concat_ws("-", F.lit("o"), F.col("okey").cast("string")).alias("label"),
-            )
-            .orderBy(F.col("r").desc(), "label")
+            a.alias("a")
+            .orderBy(F.col("n").desc(), F.col("q").desc(), "okey")
+            .selectExpr("q / n AS avg", "n", "concat_ws('-', 'o', CAST(a.okey AS STRING)) AS label")
+            .withColumnRenamed("n", "cnt")
+            .withColumnsRenamed({"avg": "mean"})
+            .drop("cnt")
+            .toDF("mean", "label")
             .limit(6)
         ),
         lambda g: _top(
             g,
-            lambda r: (-(r["q"] * 100 + r["n"]), _label(r)),
-            6,
-            lambda r: {"r": r["q"] * 100 + r["n"], "label": _label(r)},
-        ),
-        ["r", "label"],
-    ),
-    "sort-then-select": (
-        lambda a: (
-            a.orderBy(F.col("n").desc(), F.col("q").desc(), "okey")
-            .select("okey", (F.col("q") > 8).alias("big"))
-            .limit(4)
-        ),
-        lambda g: _top(
-            g,
             lambda r: (-r["n"], -r["q"], _nulls_first(r["okey"])),
-            4,
-            lambda r: {"okey": r["okey"], "big": r["q"] > 8},
+            6,
+            lambda r: {"mean": r["q"] / r["n"], "label": _label(r)},
         ),
-        ["okey", "big"],
-    ),
-    "alias-selectExpr-renames-drop-toDF": (
-        lambda a: (
-            a.alias("a")
-            .selectExpr("a.okey", "q / n AS avg", "n")
-            .withColumnRenamed("n", "cnt")
-            .withColumnsRenamed({"avg": "mean"})
-            .drop("cnt")
-            .toDF("k", "mean")
-            .sort("mean", "k")
-            .limit(3)
-        ),
-        lambda g: _top(
-            g,
-            lambda r: (r["q"] / r["n"], _nulls_first(r["okey"])),
-            3,
-            lambda r: {"k": r["okey"], "mean": r["q"] / r["n"]},
-        ),
-        ["k", "mean"],
+        ["mean", "label"],
     ),
     "explode": (
         lambda a: (
