@@ -420,8 +420,7 @@ def test_unsupported_operations_raise(lc, data):
     for call in (
         lambda: o.rdd,
         lambda: o.mapInPandas(lambda it: it, o.schema),
-        lambda: o.groupBy("ckey").pivot("status"),
-        lambda: o.melt(ids=["okey"], values=["ckey"], variableColumnName="v", valueColumnName="x"),
+        lambda: o.rollup("ckey").pivot("status"),
         lambda: o.join(lc.spark.range(3), "okey"),
     ):
         with pytest.raises(UnsupportedOperation):

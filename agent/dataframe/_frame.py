@@ -122,6 +122,8 @@ def _flat(cols: tuple) -> list:
     "distinct",
     "dropDuplicates",
     "drop_duplicates",
+    "unpivot",
+    "melt",
 )
 class LineageDataFrame:
     """A captured DataFrame. Transformations return LineageDataFrames; actions return what
@@ -666,6 +668,21 @@ class LineageDataFrame:
 
     drop_duplicates = dropDuplicates
 
+    def unpivot(
+        self, ids: Any, values: Any, variableColumnName: str, valueColumnName: str
+    ) -> LineageDataFrame:
+        """One row per input row and value column; each keeps its input row's lineage."""
+        if not self._lin:
+            return self._new(self._df.unpivot(ids, values, variableColumnName, valueColumnName))
+        from ._pivot import unpivoted
+
+        return unpivoted(self, ids, values, variableColumnName, valueColumnName)
+
+    def melt(
+        self, ids: Any, values: Any, variableColumnName: str, valueColumnName: str
+    ) -> LineageDataFrame:
+        return self.unpivot(ids, values, variableColumnName, valueColumnName)
+
     # -- views -------------------------------------------------------------------------------
 
     def createOrReplaceTempView(self, name: str) -> None:
@@ -731,18 +748,45 @@ class _NaFunctions:
 _GROUPED_SIMPLE = {"sum": F.sum, "avg": F.avg, "mean": F.avg, "min": F.min, "max": F.max}
 
 
-@recorded("agg", "count", "sum", "avg", "mean", "min", "max")
+@recorded("agg", "count", "sum", "avg", "mean", "min", "max", "pivot")
 class LineageGroupedData:
-    """groupBy / rollup / cube / groupingSets: every aggregate also collects its group's
-    lineage."""
+    """groupBy / rollup / cube / groupingSets, and groupBy().pivot(): every aggregate also
+    collects its group's lineage."""
 
     def __init__(
-        self, frame: LineageDataFrame, kind: str, cols: list, sets: list | None = None
+        self,
+        frame: LineageDataFrame,
+        kind: str,
+        cols: list,
+        sets: list | None = None,
+        pivot: tuple[str, list] | None = None,
     ) -> None:
         self._frame = frame
         self._kind = kind
         self._cols = cols
         self._sets = sets  # groupingSets' sets
+        self._pivot = pivot  # pivot's column and values
+        self._vanilla: Any = None  # PySpark's pivoted GroupedData, for a frame with no ids
+
+    def pivot(self, pivot_col: str, values: list | None = None) -> LineageGroupedData:
+        """Pivots `pivot_col` (see `_pivot` for the lineage); without `values`, computes
+        them now (a job), as PySpark does."""
+        frame = self._frame
+        if self._kind != "groupBy" or self._pivot is not None:
+            what = "pivot" if self._pivot is not None else self._kind
+            raise UnsupportedOperation(
+                f"pivot after {what} is not supported with lineage capture (Spark pivots a "
+                "groupBy only)"
+            )
+        if not frame._lin:
+            grouped = self._grouped(frame._df).pivot(pivot_col, values)
+            out = LineageGroupedData(frame, self._kind, self._cols, pivot=(pivot_col, []))
+            out._vanilla = grouped  # its values computed by PySpark
+            return out
+        from ._pivot import pivot_values
+
+        vals = pivot_values(frame, pivot_col, values)
+        return LineageGroupedData(frame, self._kind, self._cols, pivot=(pivot_col, vals))
 
     def _grouped(self, df: Any) -> Any:
         lead = [] if self._sets is None else [self._sets]
@@ -756,6 +800,12 @@ class LineageGroupedData:
                 for c, fn in exprs[0].items()
             )
         exprs = tuple(_flat(exprs))
+        if self._pivot is not None:
+            if not frame._lin:
+                return frame._new(self._vanilla.agg(*exprs))
+            from ._pivot import pivoted
+
+            return pivoted(frame, self._cols, *self._pivot, list(exprs))
         if not frame._lin:
             return frame._new(self._grouped(frame._df).agg(*exprs))
         return frame._agent.aggregate(frame, self._grouped, self._cols, list(exprs), self._kind)
