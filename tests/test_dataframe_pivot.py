@@ -142,16 +142,10 @@ def test_pivot_values_computed_with_null_pivot_values(lc, spark, data, tmp_path)
     reexecuted(lc, spark, data, build, cols, tmp_path, again=fixed)
 
 
-def test_pivot_explicit_null_value_after_join(lc, spark, data):
-    # Two sources' ids through the first aggregate; a null pivot value matches null rows.
+def test_pivot_explicit_null_value(lc, spark, data):
+    # okey is null on some items: the null value's cell is theirs (matched null-safely).
     def build(t):
-        return (
-            nulled(t)
-            .join(t["orders"], "okey")
-            .groupBy("status")
-            .pivot("qty", [None, 1, 2])
-            .agg(F.max("price"))
-        )
+        return nulled(t).groupBy("qty").pivot("okey", [None, 3, 4]).agg(F.max("price"))
 
     def ref(T):
         items = R.select(
@@ -159,17 +153,41 @@ def test_pivot_explicit_null_value_after_join(lc, spark, data):
             lambda r: {**r, "okey": None if r["okey"] is not None and r["okey"] % 5 == 0
                        else r["okey"]},
         )  # fmt: skip
-        j = R.join(items, T["orders"], lambda a, b: a["okey"] == b["okey"])
 
         def top(rs):
             return max(r["price"] for r in rs)
 
         return pivot_ref(
-            j, lambda r: (("status", r["status"]),), lambda r: r["qty"], [None, 1, 2],
+            items, lambda r: (("qty", r["qty"]),), lambda r: r["okey"], [None, 3, 4],
             [("max", top)], single=True,
         )  # fmt: skip
 
-    check(lc, spark, data, build, ref, ["status", "null", "1", "2"])
+    check(lc, spark, data, build, ref, ["qty", "null", "3", "4"])
+
+
+def test_pivot_after_join(lc, spark, data):
+    # Two sources' ids through the first aggregate.
+    def build(t):
+        return (
+            t["orders"]
+            .join(t["customers"], "ckey")
+            .groupBy("nation")
+            .pivot("status", ["F", "O"])
+            .agg(F.max("okey"))
+        )
+
+    def ref(T):
+        j = R.join(T["orders"], T["customers"], lambda a, b: a["ckey"] == b["ckey"])
+
+        def top(rs):
+            return max(r["okey"] for r in rs)
+
+        return pivot_ref(
+            j, lambda r: (("nation", r["nation"]),), lambda r: r["status"], ["F", "O"],
+            [("max", top)], single=True,
+        )  # fmt: skip
+
+    check(lc, spark, data, build, ref, ["nation", "F", "O"])
 
 
 def test_pivot_global_and_numeric_sum(lc, spark, data):
