@@ -269,3 +269,78 @@ def test_unpivot_all_other_columns_after_aggregate(lc, spark, data):
     q = build(tables(lc.read, data))
     assert q.columns == ["qty", "var", "val"]
     assert Counter(r["var"] for r in q.collect()) == Counter({"n": 5, "m": 5})
+
+
+# -- lc.sql ----------------------------------------------------------------------------------------
+
+
+def sql(lc, text: str):
+    """A `check` builder: the tables as views (captured or vanilla), `text` run on them."""
+
+    def build(t):
+        first = next(iter(t.values()))
+        captured = hasattr(first, "lineage_columns")
+        for name, df in t.items():
+            df.createOrReplaceTempView(name if captured else name + "_v")
+        if captured:
+            return lc.sql(text.format(**{n: n for n in t}))
+        return first.sparkSession.sql(text.format(**{n: n + "_v" for n in t}))
+
+    return build
+
+
+def test_sql_unpivot_with_alias_after_filter(lc, spark, data, tmp_path):
+    # EXCLUDE NULLS (SQL's default) drops the rows whose value is null: Spark's rows, each
+    # traced to its one item.
+    text = """SELECT u.okey, u.var, u.val * 2 AS v2
+              FROM (SELECT okey, price, CAST(qty AS DOUBLE) AS q FROM {items} WHERE qty > 1) d
+              UNPIVOT (val FOR var IN (price, q AS qty)) AS u"""
+
+    def ref(T):
+        kept = R.where(T["items"], lambda r: r["qty"] > 1)
+        return R.explode(
+            kept,
+            lambda r: [
+                {"okey": r["okey"], "var": n, "v2": v * 2}
+                for n, v in (("price", r["price"]), ("qty", float(r["qty"])))
+                if v is not None
+            ],
+        )
+
+    cols = ["okey", "var", "v2"]
+    check(lc, spark, data, sql(lc, text), ref, cols)
+    reexecuted(lc, spark, data, sql(lc, text), cols, tmp_path)
+
+
+def test_sql_unpivot_include_nulls_then_group(lc, spark, data):
+    text = """SELECT var, count(val) AS n, count(*) AS m
+              FROM {orders} UNPIVOT INCLUDE NULLS (val FOR var IN (status, tags))
+              GROUP BY var"""
+
+    def ref(T):
+        rows = R.explode(
+            T["orders"], lambda r: [{"var": c, "val": r[c]} for c in ("status", "tags")]
+        )
+        return R.group(
+            rows,
+            lambda r: (r["var"],),
+            lambda k, rs: {
+                "var": k[0],
+                "n": sum(r["val"] is not None for r in rs),
+                "m": len(rs),
+            },
+        )
+
+    check(lc, spark, data, sql(lc, text), ref, ["var", "n", "m"])
+
+
+def test_sql_pivot_raises(lc, data):
+    for name, df in tables(lc.read, data).items():
+        df.createOrReplaceTempView(name)
+    with pytest.raises(UnsupportedOperation, match="PIVOT"):
+        lc.sql("SELECT * FROM orders PIVOT (count(okey) AS n FOR status IN ('F', 'O'))")
+    with pytest.raises(UnsupportedOperation, match="PIVOT"):
+        lc.sql(
+            "SELECT * FROM customers c JOIN (SELECT * FROM (SELECT ckey, okey, status FROM "
+            "orders) PIVOT (count(okey) FOR status IN ('F'))) p ON c.ckey = p.ckey"
+        )

@@ -492,6 +492,17 @@ class SqlRewriter:
         return items
 
     def _source(self, src: Any, ctes: dict[str, Item]) -> Item:
+        unpivot = _unpivot_of(src)
+        item = self._plain_source(src, ctes)
+        if unpivot is None:
+            return item
+        # UNPIVOT keeps every column it does not unpivot as an id column, the lineage
+        # columns too: each row it makes has the lineage of the row it came from. Its alias,
+        # if any, names the result; its columns are not tracked (correlation asks to qualify).
+        alias = unpivot.args.get("alias")
+        return Item(alias.name if alias is not None else item.alias, item.lin, None)
+
+    def _plain_source(self, src: Any, ctes: dict[str, Item]) -> Item:
         E = self.E
         if isinstance(src, E.Table):
             if src.args.get("db") or src.args.get("catalog"):
@@ -777,7 +788,11 @@ class SqlRewriter:
         if from_ is None:
             return out
         for s in [from_.this] + [j.this for j in body.args.get("joins") or []]:
-            if isinstance(s, E.Table):
+            unpivot = _unpivot_of(s)
+            if unpivot is not None:
+                alias = unpivot.args.get("alias")
+                out.append(Item(alias.name if alias is not None else s.alias_or_name, [], None))
+            elif isinstance(s, E.Table):
                 name = s.name.lower()
                 if name in ctes:
                     out.append(Item(s.alias_or_name, [], ctes[name].columns))
@@ -998,6 +1013,19 @@ def _concat(E: Any, parts: list) -> Any:
     if not parts:
         return _empty(E)
     return parts[0] if len(parts) == 1 else E.func("concat", *parts)
+
+
+def _unpivot_of(src: Any) -> Any | None:
+    """A FROM item's UNPIVOT clause, None without one. PIVOT raises: its group keys are the
+    item's other columns, which would take the lineage columns as keys too (a group a row)."""
+    pivots = src.args.get("pivots") or []
+    if not pivots:
+        return None
+    if len(pivots) > 1 or not pivots[0].args.get("unpivot"):
+        raise UnsupportedOperation(
+            "lc.sql: PIVOT (the DataFrame API's groupBy().pivot().agg() is supported)"
+        )
+    return pivots[0]
 
 
 def _and(E: Any, conds: list) -> Any:
