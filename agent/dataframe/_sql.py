@@ -35,6 +35,9 @@ query block also outputs its rows' lineage columns; Spark then runs the rewritte
   filter outside), so its windows bring their lineage as above.
 - LATERAL VIEW [OUTER] explode / posexplode / inline (and their `_outer` forms, stack): a
   generated row has the lineage of the row it came from.
+- UNPIVOT: a row it makes has the lineage of the row it came from (the lineage columns
+  ride as its implicit id columns). PIVOT raises: its implicit group keys would include the
+  lineage columns.
 - Captured UDFs (`lc.udf.register`) get the row's ids as a hidden last argument.
 
 Anything else that would lose lineage (other lateral views, tables that are not lineage views,
