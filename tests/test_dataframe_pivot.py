@@ -334,13 +334,57 @@ def test_sql_unpivot_include_nulls_then_group(lc, spark, data):
     check(lc, spark, data, sql(lc, text), ref, ["var", "n", "m"])
 
 
-def test_sql_pivot_raises(lc, data):
+def test_sql_pivot_aliases_and_groups_outside_values(lc, spark, data, tmp_path):
+    # Implicit keys (tags: every column the clause does not use), aliased values and
+    # aggregates; "P" rows reach no cell, tags groups of "P" orders only trace to them all.
+    text = """SELECT * FROM (SELECT tags, status, okey, ckey FROM {orders})
+              PIVOT (sum(okey) AS s, count(ckey) AS n FOR status IN ('F' AS f, 'O', 'X'))
+              AS pv WHERE pv.tags IS NULL OR pv.tags <> 'a'"""
+    aggs = [("s", _sum("okey")), ("n", _count("ckey"))]
+
+    def ref(T):
+        rows = pivot_ref(
+            T["orders"], lambda r: (("tags", r["tags"]),), lambda r: r["status"],
+            ["F", "O", "X"], aggs, single=False,
+        )  # fmt: skip
+        out = []
+        for r, lin in rows:
+            if r["tags"] != "a":
+                out.append(({k.replace("F_", "f_"): v for k, v in r.items()}, lin))
+        return out
+
+    cols = ["tags", "f_s", "f_n", "O_s", "O_n", "X_s", "X_n"]
+    check(lc, spark, data, sql(lc, text), ref, cols)
+    same_types(lc, spark, data, sql(lc, text))
+    reexecuted(lc, spark, data, sql(lc, text), cols, tmp_path)
+
+
+def test_sql_pivot_null_value_over_join_in_cte(lc, spark, data):
+    text = """WITH j AS (SELECT o.status, i.okey, i.price
+                        FROM {items} i JOIN {orders} o ON i.okey = o.okey)
+              SELECT * FROM j PIVOT (max(price) FOR okey IN (NULL, 3, 4))"""
+
+    def ref(T):
+        j = R.join(T["items"], T["orders"], lambda a, b: a["okey"] == b["okey"])
+
+        def top(rs):
+            return max(r["price"] for r in rs)
+
+        return pivot_ref(
+            j, lambda r: (("status", r["status"]),), lambda r: r["okey"], [None, 3, 4],
+            [("max", top)], single=True,
+        )  # fmt: skip
+
+    check(lc, spark, data, sql(lc, text), ref, ["status", "null", "3", "4"])
+
+
+def test_sql_pivot_that_cannot_be_captured_raises(lc, data):
     for name, df in tables(lc.read, data).items():
         df.createOrReplaceTempView(name)
-    with pytest.raises(UnsupportedOperation, match="PIVOT"):
-        lc.sql("SELECT * FROM orders PIVOT (count(okey) AS n FOR status IN ('F', 'O'))")
-    with pytest.raises(UnsupportedOperation, match="PIVOT"):
-        lc.sql(
-            "SELECT * FROM customers c JOIN (SELECT * FROM (SELECT ckey, okey, status FROM "
-            "orders) PIVOT (count(okey) FOR status IN ('F'))) p ON c.ckey = p.ckey"
-        )
+    for text in (
+        "SELECT * FROM orders PIVOT (max(tags) FOR status IN ('F', 'O'))",
+        "SELECT * FROM (SELECT ckey, okey, status, tags FROM orders) "
+        "PIVOT (count(okey) FOR (status, tags) IN (('F', 'a') AS fa))",
+    ):
+        with pytest.raises(UnsupportedOperation, match="PIVOT"):
+            lc.sql(text)

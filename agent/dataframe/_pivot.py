@@ -81,7 +81,7 @@ def pivoted(
         .toDF(*keys, piv, *aggs, ids)
     )
     types = dict(first.dtypes)
-    odd = [t for a in aggs if not _pivot_first(t := types[a])]
+    odd = [t for a in aggs if not pivot_first(t := types[a])]
     if odd:
         raise UnsupportedOperation(
             f"pivot with an aggregate of type {odd[0]} is not supported with lineage capture "
@@ -114,7 +114,9 @@ def pivoted(
     return frame._new(df, Lineage((), (name,), lin.cps), columns=[*names, name])
 
 
-def _pivot_first(dtype: str) -> bool:
+def pivot_first(dtype: str) -> bool:
+    """Whether Spark pivots an aggregate of this type (`dtypes` spelling) as two aggregates
+    (`PivotFirst.supportsDataType`)."""
     return dtype in _PIVOT_FIRST or dtype.startswith("decimal")
 
 

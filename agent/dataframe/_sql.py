@@ -495,7 +495,10 @@ class SqlRewriter:
         return items
 
     def _source(self, src: Any, ctes: dict[str, Item]) -> Item:
-        unpivot = _unpivot_of(src)
+        unpivot = _pivot_of(src)
+        if unpivot is not None and not unpivot.args.get("unpivot"):
+            src.set("pivots", None)
+            return self._pivoted(src, unpivot, self._plain_source(src, ctes), ctes)
         item = self._plain_source(src, ctes)
         if unpivot is None:
             return item
@@ -504,6 +507,30 @@ class SqlRewriter:
         # if any, names the result; its columns are not tracked (correlation asks to qualify).
         alias = unpivot.args.get("alias")
         return Item(alias.name if alias is not None else item.alias, item.lin, None)
+
+    def _pivoted(self, src: Any, pivot: Any, item: Item, ctes: dict[str, Item]) -> Item:
+        """`src PIVOT (...)` replaced by the derived table that computes it with lineage
+        (`_sqlpivot`)."""
+        from ._sqlpivot import pivot_query
+
+        E = self.E
+        src_sql = src.sql(dialect="spark")
+        visible = item.columns
+        if visible is None:
+            visible = self.output_columns(f"SELECT * FROM {src_sql}", ctes)
+        if visible is None:
+            raise UnsupportedOperation("lc.sql: PIVOT over a FROM item whose columns are unknown")
+        ids = self._flat_collect([(item.alias, n, k) for n, k in item.lin]).sql(dialect="spark")
+        text, names, lin = pivot_query(
+            E, src_sql, visible, pivot, ids, lambda q: self.output_types(q, ctes)
+        )
+        alias = pivot.args.get("alias")
+        name = alias.name if alias is not None else fresh("pv")
+        import sqlglot
+
+        body = sqlglot.parse_one(text, read="spark")
+        src.replace(E.Subquery(this=body, alias=E.TableAlias(this=E.to_identifier(name))))
+        return Item(name, [(lin, ARRAY)], names)
 
     def _plain_source(self, src: Any, ctes: dict[str, Item]) -> Item:
         E = self.E
@@ -791,7 +818,7 @@ class SqlRewriter:
         if from_ is None:
             return out
         for s in [from_.this] + [j.this for j in body.args.get("joins") or []]:
-            unpivot = _unpivot_of(s)
+            unpivot = _pivot_of(s)
             if unpivot is not None:
                 alias = unpivot.args.get("alias")
                 out.append(Item(alias.name if alias is not None else s.alias_or_name, [], None))
@@ -967,14 +994,20 @@ class SqlRewriter:
     ) -> list[str] | None:
         """The visible columns a query outputs (Spark analyzes it, earlier CTEs in scope);
         with `hidden`, the lineage columns too."""
-        if ctes:
-            defs = ", ".join(f"`{it.alias}` AS ({it.sql})" for it in ctes.values() if it.sql)
-            text = f"WITH {defs} {text}" if defs else text
         try:
-            cols = self._columns_of_sql(text)
+            cols = self._columns_of_sql(self._with_ctes(text, ctes))
         except Exception:  # not analyzable on its own: correlation must then be qualified
             return None
         return cols if hidden else [c for c in cols if not is_hidden(c)]
+
+    def output_types(self, text: str, ctes: dict[str, Item]) -> list[tuple[str, str]]:
+        """The columns a query outputs and their types, as Spark analyzes it (earlier CTEs
+        in scope); Spark's error for a bad query."""
+        return list(self.agent.spark.sql(self._with_ctes(text, ctes)).dtypes)
+
+    def _with_ctes(self, text: str, ctes: dict[str, Item]) -> str:
+        defs = ", ".join(f"`{it.alias}` AS ({it.sql})" for it in ctes.values() if it.sql)
+        return f"WITH {defs} {text}" if defs else text
 
     def _columns_of_sql(self, sql: str) -> list[str]:
         cols = self._columns_cache.get(sql)
@@ -1018,17 +1051,12 @@ def _concat(E: Any, parts: list) -> Any:
     return parts[0] if len(parts) == 1 else E.func("concat", *parts)
 
 
-def _unpivot_of(src: Any) -> Any | None:
-    """A FROM item's UNPIVOT clause, None without one. PIVOT raises: its group keys are the
-    item's other columns, which would take the lineage columns as keys too (a group a row)."""
+def _pivot_of(src: Any) -> Any | None:
+    """A FROM item's PIVOT or UNPIVOT clause, None without one (several raise)."""
     pivots = src.args.get("pivots") or []
-    if not pivots:
-        return None
-    if len(pivots) > 1 or not pivots[0].args.get("unpivot"):
-        raise UnsupportedOperation(
-            "lc.sql: PIVOT (the DataFrame API's groupBy().pivot().agg() is supported)"
-        )
-    return pivots[0]
+    if len(pivots) > 1:
+        raise UnsupportedOperation("lc.sql: several PIVOT / UNPIVOT clauses on one FROM item")
+    return pivots[0] if pivots else None
 
 
 def _and(E: Any, conds: list) -> Any:
