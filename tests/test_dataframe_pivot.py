@@ -360,12 +360,20 @@ def test_sql_pivot_aliases_and_groups_outside_values(lc, spark, data, tmp_path):
 
 
 def test_sql_pivot_null_value_over_join_in_cte(lc, spark, data):
-    text = """WITH j AS (SELECT o.status, i.okey, i.price
-                        FROM {items} i JOIN {orders} o ON i.okey = o.okey)
+    # The order key made null on every fifth item: the NULL value's cell is theirs.
+    text = """WITH j AS (SELECT o.status, CASE WHEN i.okey % 5 = 0 THEN NULL ELSE i.okey END
+                               AS okey, i.price
+                        FROM {items} i LEFT JOIN {orders} o ON i.okey = o.okey)
               SELECT * FROM j PIVOT (max(price) FOR okey IN (NULL, 3, 4))"""
 
     def ref(T):
-        j = R.join(T["items"], T["orders"], lambda a, b: a["okey"] == b["okey"])
+        def merged(a, b):
+            k = a["okey"]
+            k = None if k is not None and k % 5 == 0 else k
+            return {"okey": k, "price": a["price"], "status": (b or {}).get("status")}
+
+        j = R.join(T["items"], T["orders"], lambda a, b: a["okey"] == b["okey"], "left", merged)
+        assert any(r["okey"] is None for r, _ in j)
 
         def top(rs):
             return max(r["price"] for r in rs)
