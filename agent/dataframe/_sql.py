@@ -36,8 +36,8 @@ query block also outputs its rows' lineage columns; Spark then runs the rewritte
 - LATERAL VIEW [OUTER] explode / posexplode / inline (and their `_outer` forms, stack): a
   generated row has the lineage of the row it came from.
 - UNPIVOT: a row it makes has the lineage of the row it came from (the lineage columns
-  ride as its implicit id columns). PIVOT raises: its implicit group keys would include the
-  lineage columns.
+  ride as its implicit id columns). PIVOT: rewritten into the derived table of Spark's
+  two-aggregate plan over the item's visible columns (`_sqlpivot`; as the DataFrame pivot).
 - Captured UDFs (`lc.udf.register`) get the row's ids as a hidden last argument.
 
 Anything else that would lose lineage (other lateral views, tables that are not lineage views,
