@@ -76,6 +76,19 @@ def _sum(c):
     return fn
 
 
+def nulled_ref(T) -> R.Table:
+    """`nulled`'s items, brute force."""
+    return R.select(
+        T["items"],
+        lambda r: {**r, "okey": None if r["okey"] is not None and r["okey"] % 5 == 0
+                   else r["okey"]},
+    )  # fmt: skip
+
+
+def _max(c):
+    return lambda rs: max(r[c] for r in rs)
+
+
 def _count(c):
     return lambda rs: sum(r[c] is not None for r in rs) or 0
 
@@ -148,18 +161,11 @@ def test_pivot_explicit_null_value(lc, spark, data):
         return nulled(t).groupBy("qty").pivot("okey", [None, 3, 4]).agg(F.max("price"))
 
     def ref(T):
-        items = R.select(
-            T["items"],
-            lambda r: {**r, "okey": None if r["okey"] is not None and r["okey"] % 5 == 0
-                       else r["okey"]},
-        )  # fmt: skip
-
-        def top(rs):
-            return max(r["price"] for r in rs)
+        items = nulled_ref(T)
 
         return pivot_ref(
             items, lambda r: (("qty", r["qty"]),), lambda r: r["okey"], [None, 3, 4],
-            [("max", top)], single=True,
+            [("max", _max("price"))], single=True,
         )  # fmt: skip
 
     check(lc, spark, data, build, ref, ["qty", "null", "3", "4"])
@@ -179,12 +185,9 @@ def test_pivot_after_join(lc, spark, data):
     def ref(T):
         j = R.join(T["orders"], T["customers"], lambda a, b: a["ckey"] == b["ckey"])
 
-        def top(rs):
-            return max(r["okey"] for r in rs)
-
         return pivot_ref(
             j, lambda r: (("nation", r["nation"]),), lambda r: r["status"], ["F", "O"],
-            [("max", top)], single=True,
+            [("max", _max("okey"))], single=True,
         )  # fmt: skip
 
     check(lc, spark, data, build, ref, ["nation", "F", "O"])
@@ -228,11 +231,7 @@ def test_unpivot_several_value_columns_with_nulls(lc, spark, data, tmp_path, met
         return getattr(nulled(t), method)(["price"], ["okey", "qty"], "var", "val")
 
     def ref(T):
-        items = R.select(
-            T["items"],
-            lambda r: {**r, "okey": None if r["okey"] is not None and r["okey"] % 5 == 0
-                       else r["okey"]},
-        )  # fmt: skip
+        items = nulled_ref(T)
         return R.explode(
             items,
             lambda r: [{"price": r["price"], "var": c, "val": r[c]} for c in ("okey", "qty")],
@@ -375,12 +374,9 @@ def test_sql_pivot_null_value_over_join_in_cte(lc, spark, data):
         j = R.join(T["items"], T["orders"], lambda a, b: a["okey"] == b["okey"], "left", merged)
         assert any(r["okey"] is None for r, _ in j)
 
-        def top(rs):
-            return max(r["price"] for r in rs)
-
         return pivot_ref(
             j, lambda r: (("status", r["status"]),), lambda r: r["okey"], [None, 3, 4],
-            [("max", top)], single=True,
+            [("max", _max("price"))], single=True,
         )  # fmt: skip
 
     check(lc, spark, data, sql(lc, text), ref, ["status", "null", "3", "4"])
