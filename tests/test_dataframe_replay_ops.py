@@ -158,6 +158,14 @@ SHAPES = [
         ),
     ),
     (
+        "pivot",
+        lambda t: t["orders"].groupBy("ckey").pivot("status", ["F", "X"]).agg(F.sum("amount")),
+    ),
+    (
+        "unpivot",
+        lambda t: t["orders"].unpivot("okey", ["ckey", "amount"], "var", "val"),
+    ),
+    (
         "intersect",
         lambda t: t["orders"].select("okey").intersect(t["items"].select("okey")),
     ),
