@@ -500,15 +500,15 @@ class LineageIndex:
             return out
         arr = np.asarray(ids, dtype=np.int64)
         cps, parts, poss = unpack_record_ids(arr)
+        asks, masks_of = [], []
         for cp, scan in scans.items():
             sel = cps == cp
             masks = {part: sel & (parts == part) for part in np.unique(parts[sel]).tolist()}
-            if not masks:
-                continue
-            # All partitions at once: their row groups are read together, concurrently.
-            data = self._scan_rows.data_of_partitions(
-                (run, cp), scan, {part: poss[m] for part, m in masks.items()}
-            )
+            if masks:
+                asks.append(((run, cp), scan, {part: poss[m] for part, m in masks.items()}))
+                masks_of.append(masks)
+        # All scans and partitions at once: their row groups are read together, concurrently.
+        for masks, data in zip(masks_of, self._scan_rows.data_of_scans(asks)):
             for part, m in masks.items():
                 out.update(zip(arr[m].tolist(), data[part]))
         return out

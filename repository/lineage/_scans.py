@@ -42,7 +42,7 @@ import mmap
 import os
 import threading
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -62,8 +62,10 @@ _CHUNK = 16 * 1024 * 1024
 _STEP = 2 * 1024 * 1024
 # Row groups decoded at once by one trace: pyarrow releases the GIL while it decodes.
 _READERS = min(4, os.cpu_count() or 2)
-# At most this many row groups are read together for one trace (each up to ~20 MB decoded).
+# At most this many row groups of one scan are read ahead for one trace (each up to ~20 MB
+# decoded), and of all its scans together.
 _PREFETCH = 8
+_PREFETCH_ALL = 12
 # Rows of a scan in one trace up to which it counts as rare (its row groups read ahead).
 _RARE = 4096
 # A row count past any row group's: read the whole group.
@@ -192,17 +194,39 @@ class ScanRows:
         """`data` of several partitions at once ({partition: positions}): a Parquet scan's
         row groups they need (when few: a rare row's) are read together, concurrently, each only
         as far as its last wanted row."""
-        self._check_files(key, scan)
-        if scan["format"] == "parquet" and sum(len(p) for p in positions.values()) <= _RARE:
-            wanted: dict[tuple[int, int], int] = {}
-            for part, pos in positions.items():
-                for fi, rg, _, local in _parquet_split(scan, part, np.asarray(pos, np.int64)):
-                    wanted[fi, rg] = max(wanted.get((fi, rg), 0), int(local.max()) + 1)
+        return self.data_of_scans([(key, scan, positions)])[0]
+
+    def data_of_scans(
+        self, asks: Sequence[tuple[Any, dict, Mapping[int, np.ndarray]]]
+    ) -> list[dict[int, list]]:
+        """`data_of_partitions` of several scans at once ((key, scan, {partition: positions})
+        each): the row groups a rare trace needs in all its Parquet scans (a join's tables)
+        are read together on the reader threads, the costliest first, rather than one
+        scan's after another's (decompressing a group's one-page column chunks is most of a
+        rare trace's time, and two cores halve it only if both have groups to read)."""
+        for key, scan, _ in asks:
+            self._check_files(key, scan)
+        now: list[tuple[Any, dict, dict[tuple[int, int], int]]] = []
+        later: dict[int, dict[tuple[int, int], int]] = {}
+        held = 0
+        for i, (key, scan, positions) in enumerate(asks):
+            wanted = _rare_groups(scan, positions)
             # A rare row's few row groups at once; a big group's many are read one at a time
             # as `data` reaches them (all held at once, they would outgrow the cache).
-            if len(wanted) <= _PREFETCH:
-                self._read_row_groups(key, scan, wanted)
-        return {part: self.data(key, scan, part, pos) for part, pos in positions.items()}
+            if wanted is None or len(wanted) > _PREFETCH:
+                continue
+            if held + len(wanted) <= _PREFETCH_ALL:
+                now.append((key, scan, wanted))
+                held += len(wanted)
+            else:
+                later[i] = wanted
+        self._read_row_groups(now)
+        out = []
+        for i, (key, scan, positions) in enumerate(asks):
+            if i in later:
+                self._read_row_groups([(key, scan, later[i])])
+            out.append({part: self.data(key, scan, part, pos) for part, pos in positions.items()})
+        return out
 
     def spans(self, key: Any, scan: dict, partition: int, positions: np.ndarray) -> list:
         """(file path, offset, length) of each line (None past the end); line formats only."""
@@ -428,45 +452,55 @@ class ScanRows:
         hit = self._get((key, "rg", fi, rg))
         if hit is not None and hit.num_rows >= rows:
             return hit
-        self._read_row_groups(key, scan, {(fi, rg): _WHOLE})
+        self._read_row_groups([(key, scan, {(fi, rg): _WHOLE})])
         return self._get((key, "rg", fi, rg))
 
-    def _read_row_groups(self, key: Any, scan: dict, wanted: dict[tuple[int, int], int]) -> None:
-        """Reads the first `rows` rows of each (file, row group) not cached with as many,
-        concurrently (pyarrow decodes without the GIL), each file's footer parsed once."""
+    def _read_row_groups(self, asks: list[tuple[Any, dict, dict[tuple[int, int], int]]]) -> None:
+        """Reads, for each (key, scan, {(file, row group): rows}), the first `rows` rows of
+        each row group not cached with as many, concurrently (pyarrow decodes without the
+        GIL), the costliest first (so the last to finish is a small one), each file's footer
+        parsed once."""
         todo = []
-        for (fi, rg), rows in wanted.items():
-            hit = self._get((key, "rg", fi, rg))
-            if hit is None:
-                todo.append((fi, rg, rows))
-            elif hit.num_rows < rows:
-                # Read before up to an earlier row: a big group's ids come in batches, each
-                # reaching further; the whole group now, so it is decoded twice at most.
-                todo.append((fi, rg, _WHOLE))
+        for key, scan, wanted in asks:
+            for (fi, rg), rows in wanted.items():
+                hit = self._get((key, "rg", fi, rg))
+                if hit is None:
+                    todo.append((key, scan, fi, rg, rows))
+                elif hit.num_rows < rows:
+                    # Read before up to an earlier row: a big group's ids come in batches,
+                    # each reaching further; the whole group now, so it is decoded twice at most.
+                    todo.append((key, scan, fi, rg, _WHOLE))
         if not todo:
             return
-
-        footers = {fi: self._footer(key, scan, fi) for fi in {t[0] for t in todo}}
-        columns = scan.get("columns")
-        n_rows = {(fi, rg): n for fi, rg, n in _all_groups(scan)}
-
-        def read(t: tuple[int, int, int]) -> Any:
-            fi, rg, rows = t
-            md = footers[fi]
-            if rg >= md.num_row_groups or md.row_group(rg).num_rows != n_rows.get((fi, rg)):
+        footers = {(t[0], t[2]): self._footer(t[0], t[1], t[2]) for t in todo}
+        for key, scan, fi, rg, _ in todo:
+            md = footers[key, fi]
+            n_rows = scan["row_groups"][fi][rg][1]
+            if rg >= md.num_row_groups or md.row_group(rg).num_rows != n_rows:
                 raise SourceChanged(
                     f"source file {scan['files'][fi][0]} changed since the run read it "
                     "(its row groups differ): its rows cannot be re-read by position"
                 )
-            return _read_prefix(scan["files"][fi][0], md, rg, rows, columns, len(todo) == 1)
 
-        if len(todo) == 1:
+        def cost(t: tuple) -> float:
+            # Decompression is of the whole group; decoding stops at the last wanted row.
+            meta = footers[t[0], t[2]].row_group(t[3])
+            return float(meta.total_byte_size) * (1.0 + min(t[4], meta.num_rows) / meta.num_rows)
+
+        def read(t: tuple) -> Any:
+            key, scan, fi, rg, rows = t
+            path = scan["files"][fi][0]
+            return _read_prefix(path, footers[key, fi], rg, rows, scan.get("columns"), alone)
+
+        todo.sort(key=cost, reverse=True)
+        alone = len(todo) == 1  # one group: pyarrow's own threads decode its columns
+        if alone:
             tables = [read(todo[0])]
         else:
             workers = min(len(todo), _READERS)
             with ThreadPoolExecutor(workers, thread_name_prefix="provrepo-parquet") as pool:
                 tables = list(pool.map(read, todo))
-        for (fi, rg, _), table in zip(todo, tables):
+        for (key, _, fi, rg, _), table in zip(todo, tables):
             self._put((key, "rg", fi, rg), table, int(table.nbytes) + 64, replace=True)
 
     def _footer(self, key: Any, scan: dict, fi: int) -> Any:
@@ -527,6 +561,20 @@ def _read_prefix(
     return pa.Table.from_batches(batches)
 
 
+def _rare_groups(
+    scan: dict, positions: Mapping[int, np.ndarray]
+) -> dict[tuple[int, int], int] | None:
+    """{(file, row group): rows to read} for a Parquet scan's rare rows (None: not Parquet,
+    or too many rows to count as rare)."""
+    if scan["format"] != "parquet" or sum(len(p) for p in positions.values()) > _RARE:
+        return None
+    wanted: dict[tuple[int, int], int] = {}
+    for part, pos in positions.items():
+        for fi, rg, _, local in _parquet_split(scan, part, np.asarray(pos, np.int64)):
+            wanted[fi, rg] = max(wanted.get((fi, rg), 0), int(local.max()) + 1)
+    return wanted
+
+
 def _parquet_split(
     scan: dict, partition: int, pos: np.ndarray
 ) -> list[tuple[int, int, np.ndarray, np.ndarray]]:
@@ -544,15 +592,6 @@ def _parquet_split(
         if len(ks):
             out.append((fi, rg, ks, pos[ks] - (int(ends[g]) - n)))
     return out
-
-
-def _all_groups(scan: dict) -> list[tuple[int, int, int]]:
-    """(file index, row group, rows) of every row group the scan's files had."""
-    return [
-        (fi, rg, n)
-        for fi, groups in enumerate(scan["row_groups"])
-        for rg, (_, n) in enumerate(groups)
-    ]
 
 
 def _parquet_groups(scan: dict, partition: int) -> list[tuple[int, int, int]]:
