@@ -11,10 +11,11 @@ for each of --rows output rows, a cold trace: the repository opened read-only af
 cached footers, row groups or line tables), `go_back_all().collect()` timed, the repository
 closed. Two read paths alternate, each going first in turn, --runs rounds: "new" (the
 repository's: CSV rows read from the stored line marks before them) and "before" (the code
-at BEFORE_COMMIT, loaded from git: a CSV partition's lines scanned up to the row; Parquet
-read the same way by both). Both give the same rows (checked). Figures: p50 and p99 of all
-cold traces per path, and before / new. The files stay in the OS page cache between traces
-(both paths alike): "cold" is the repository's state, not the disk's.
+at BEFORE_COMMIT, loaded from git: a CSV partition's lines scanned up to the row; for Parquet
+the code at PARQUET_BEFORE_COMMIT: each scan's row groups read on the threads in turn, not all
+the trace's scans' at once, costliest first). Both give the same rows (checked). Figures: p50
+and p99 of all cold traces per path, and before / new. The files stay in the OS page cache
+between traces (both paths alike): "cold" is the repository's state, not the disk's.
 
 Line marks are made by the repository's owner (read-only opens never write). Owner traces
 first, --runs interleaved rounds of three paths: "new", "before", and "marks1" (the code at
@@ -48,6 +49,8 @@ from repository.lineage import _index
 
 # The read path before line marks, loaded from git as it was at that commit.
 BEFORE_COMMIT = "b2244ad"
+# The Parquet read path before a trace's scans were read together.
+PARQUET_BEFORE_COMMIT = "ffdbcc2"
 # Line marks of whole partitions, made at a partition's first trace (its marks module is
 # today's: the same file format, whole-partition marks being the complete ones).
 MARKS1_COMMIT = "e34b931"
@@ -74,11 +77,22 @@ def load_scans(commit: str, name: str):
     return mod
 
 
-def load_before():
-    """`ScanRows` at BEFORE_COMMIT, taking (and ignoring) the line marks store `_index`
-    gives it now."""
+def one_scan_at_a_time(cls):
+    """`cls` (a former `ScanRows`) reading a trace's scans one after another, as `_index`
+    asked it to before `data_of_scans`."""
 
-    class Before(load_scans(BEFORE_COMMIT, "before").ScanRows):
+    class OneAtATime(cls):
+        def data_of_scans(self, asks):
+            return [self.data_of_partitions(key, scan, pos) for key, scan, pos in asks]
+
+    return OneAtATime
+
+
+def load_before(commit: str):
+    """`ScanRows` at `commit`, taking (and ignoring) the line marks store `_index` gives it
+    now."""
+
+    class Before(one_scan_at_a_time(load_scans(commit, f"before_{commit}").ScanRows)):
         def __init__(self, marks=None):
             super().__init__()
 
@@ -194,7 +208,7 @@ def measure(path: str, fmt: str, run_id: str, cp: int, rows: int, runs: int) -> 
     got: dict[str, list] = {"new": [], "before": []}
     for run in range(runs):
         for name in ["new", "before"] if run % 2 == 0 else ["before", "new"]:
-            use(name)
+            use("parquet-before" if name == "before" and fmt == "parquet" else name)
             for rid in picks:
                 seconds, rows = cold_trace(path, run_id, rid)
                 times[name].append(seconds)
@@ -233,8 +247,9 @@ def main() -> int:
     args = p.parse_args()
     if args.runs < 3:
         p.error("--runs must be at least 3")
-    PATHS["before"] = load_before()
-    PATHS["marks1"] = load_scans(MARKS1_COMMIT, "marks1").ScanRows
+    PATHS["before"] = load_before(BEFORE_COMMIT)
+    PATHS["parquet-before"] = load_before(PARQUET_BEFORE_COMMIT)
+    PATHS["marks1"] = one_scan_at_a_time(load_scans(MARKS1_COMMIT, "marks1").ScanRows)
     work = args.keep or tempfile.mkdtemp(prefix="bench-raretrace-")
     os.makedirs(work, exist_ok=True)
     try:
