@@ -221,6 +221,51 @@ def test_rows_of_several_partitions_and_files_read_together(tmp_path):
         assert got == _want(table, positions), positions
 
 
+def test_rows_of_several_scans_are_read_together(tmp_path, monkeypatch):
+    """`data_of_scans` (one trace's rows of several scans: a join's tables) gives each scan's
+    rows as it gives them alone, reading the row groups of all the scans in one go (both
+    cores busy, not one scan's groups after another's); past `_PREFETCH_ALL` groups, the
+    other scans' are read when their rows are taken, and the rows stay the same."""
+    table = _table(1200)
+    paths = [str(tmp_path / f"{k}.parquet") for k in range(3)]
+    for k, path in enumerate(paths):
+        pq.write_table(table.slice(400 * k, 400), path, row_group_size=100)
+    scans = [_parquet_scan([path], [[0]]) for path in paths]
+    asks = [[5, 150, 399], [0, 210], [120, 330, 301, 7]]
+    reads: list[list] = []
+    real = ScanRows._read_row_groups
+
+    def spy(self, jobs):
+        reads.append(sorted((key, fi, rg) for key, _, wanted in jobs for fi, rg in wanted))
+        return real(self, jobs)
+
+    monkeypatch.setattr(ScanRows, "_read_row_groups", spy)
+
+    def run(rows: ScanRows) -> list[dict[int, list]]:
+        return rows.data_of_scans(
+            [
+                (("run", k), scan, {0: np.array(ask, dtype=np.int64)})
+                for k, (scan, ask) in enumerate(zip(scans, asks))
+            ]
+        )
+
+    got = run(ScanRows())
+    for k, ask in enumerate(asks):
+        want = _want(table.slice(400 * k, 400), ask)
+        assert got[k] == {0: want}
+        assert ScanRows().data(("run", k), scans[k], 0, np.array(ask)) == want
+    assert reads[0] == [
+        (("run", 0), 0, 0), (("run", 0), 0, 1), (("run", 0), 0, 3),
+        (("run", 1), 0, 0), (("run", 1), 0, 2),
+        (("run", 2), 0, 0), (("run", 2), 0, 1), (("run", 2), 0, 3),
+    ]  # fmt: skip
+    # Room for the first two scans' groups only: the third's are read on their own.
+    monkeypatch.setattr(_scans, "_PREFETCH_ALL", 6)
+    reads.clear()
+    assert run(ScanRows()) == got
+    assert [len(r) for r in reads] == [5, 3]
+
+
 def test_a_changed_parquet_file_is_refused(tmp_path):
     """Rows of a file rewritten since the run read it are refused (SourceChanged), whether
     its size or mtime tell (checked once per scan) or only its row groups do (the file was
