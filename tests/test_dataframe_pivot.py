@@ -193,6 +193,28 @@ def test_pivot_after_join(lc, spark, data):
     check(lc, spark, data, build, ref, ["nation", "F", "O"])
 
 
+@pytest.mark.parametrize("values", [["F", "O"], None])
+def test_pivot_after_join_with_repeated_column_names(lc, spark, data, values):
+    # A join on a condition keeps both sides' ckey: the pivot, which uses neither, runs as
+    # vanilla's does (it raised AMBIGUOUS_REFERENCE, selecting the visible columns by name).
+    def build(t):
+        o, c = t["orders"], t["customers"]
+        j = o.join(c, o["ckey"] == c["ckey"])
+        return j.groupBy("nation").pivot("status", values).agg(F.max("okey"))
+
+    vals = values or sorted({r[3] for r in data.rows["orders"]})
+
+    def ref(T):
+        j = R.join(T["orders"], T["customers"], lambda a, b: a["ckey"] == b["ckey"])
+
+        return pivot_ref(
+            j, lambda r: (("nation", r["nation"]),), lambda r: r["status"], vals,
+            [("max", _max("okey"))], single=True,
+        )  # fmt: skip
+
+    check(lc, spark, data, build, ref, ["nation", *vals])
+
+
 def test_pivot_global_and_numeric_sum(lc, spark, data):
     def build(t):
         return t["items"].groupBy().pivot("qty", [1, 5, 7]).sum("price")
