@@ -215,6 +215,38 @@ def test_pivot_after_join_with_repeated_column_names(lc, spark, data, values):
     check(lc, spark, data, build, ref, ["nation", *vals])
 
 
+def _nan_pivot(r):
+    # (A new NaN each time: `in` and == never match it, as Spark's pivot never does.)
+    if r["qty"] == 1 or (r["okey"] is not None and r["okey"] % 4 == 0):
+        return float("nan")
+    return float(r["qty"])
+
+
+def test_pivot_nan_value_never_matches(lc, spark, data):
+    # Spark's pivot puts no row in a NaN value's cell (its cells are null; its value
+    # lookup compares NaN unequal to NaN): rows whose pivot value is NaN reach no cell, so a
+    # group's row traces to its other rows, to all of them when none reaches a cell (qty 1:
+    # all NaN; qty 2: NaN and 2.0, not a value).
+    nan = F.lit(float("nan"))
+
+    def build(t):
+        items = t["items"]
+        p = F.when((F.col("qty") == 1) | (F.col("okey") % 4 == 0), nan).otherwise(
+            F.col("qty").cast("double")
+        )
+        return items.withColumn("p", p).groupBy("qty").pivot("p", [float("nan"), 3.0, 4.0]).count()
+
+    def ref(T):
+        return pivot_ref(
+            T["items"], lambda r: (("qty", r["qty"]),), _nan_pivot, [float("nan"), 3.0, 4.0],
+            [("count", len)], single=True,
+        )  # fmt: skip
+
+    rows = ref(data.ref())  # (its NaN column is "nan": Spark's, "NaN", is compared by place)
+    assert any(r["3.0"] for r, _ in rows) and all(r["nan"] is None for r, _ in rows)
+    check(lc, spark, data, build, ref, ["qty", "nan", "3.0", "4.0"])
+
+
 def test_pivot_global_and_numeric_sum(lc, spark, data):
     def build(t):
         return t["items"].groupBy().pivot("qty", [1, 5, 7]).sum("price")
@@ -402,6 +434,21 @@ def test_sql_pivot_null_value_over_join_in_cte(lc, spark, data):
         )  # fmt: skip
 
     check(lc, spark, data, sql(lc, text), ref, ["status", "null", "3", "4"])
+
+
+def test_sql_pivot_nan_value_never_matches(lc, spark, data):
+    # As the DataFrame pivot: the NaN value's cell is null, its rows reach no cell.
+    text = """SELECT * FROM (SELECT qty, CASE WHEN qty = 1 OR okey % 4 = 0 THEN double('NaN')
+                                         ELSE CAST(qty AS DOUBLE) END AS p FROM {items})
+              PIVOT (count(*) FOR p IN (double('NaN') AS nan, 3.0, 4.0))"""
+
+    def ref(T):
+        return pivot_ref(
+            T["items"], lambda r: (("qty", r["qty"]),), _nan_pivot, [float("nan"), 3.0, 4.0],
+            [("count", len)], single=True,
+        )  # fmt: skip
+
+    check(lc, spark, data, sql(lc, text), ref, ["qty", "nan", "3.0", "4.0"])
 
 
 def test_sql_pivot_that_cannot_be_captured_raises(lc, data):

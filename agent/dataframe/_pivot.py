@@ -9,7 +9,8 @@ the first also collecting each (keys, pivot value) group's ids, so the values ar
 by construction and the input is read once:
 
 - a row's lineage is every input row of its group whose pivot value is among `values`
-  (compared null-safely, as Spark does: a null value has its own column), the rows that make
+  (compared null-safely, as Spark does: a null value has its own column; a NaN pivot value
+  is among none, as in Spark, whose NaN value's cells are always null), the rows that make
   its cells;
 - a group whose rows all fall outside `values` still gives a row (its cells null): its
   lineage is all its rows, which alone make it exist.
@@ -43,6 +44,12 @@ if TYPE_CHECKING:
 # Result types of the aggregates for which Spark plans a pivot as two aggregates
 # (`PivotFirst.supportsDataType`), in `dtypes` spelling.
 _PIVOT_FIRST = frozenset({"boolean", "tinyint", "smallint", "int", "bigint", "float", "double"})
+
+# Pivot column types whose NaN never matches a pivot value, NaN included: Spark's second
+# aggregate (`PivotFirst`) looks a row's value up among the values with Scala's `==`, under
+# which NaN is unequal to itself (and -0.0 equal to 0.0, as `<=>` has it), so a NaN value's
+# cells are null and a row whose pivot value is NaN reaches no cell.
+FLOATING = frozenset({"float", "double"})
 
 
 def pivot_values(frame: LineageDataFrame, column: str, values: list | None) -> list:
@@ -90,6 +97,8 @@ def pivoted(
         )
     ptype = first.schema[piv].dataType
     match = [F.col(piv).eqNullSafe(F.lit(v).cast(ptype)) for v in values]
+    if types[piv] in FLOATING:
+        match = [m & ~F.isnan(piv) for m in match]
     inside = reduce(lambda a, b: a | b, match) if match else F.lit(False)
     # One first-level row per (keys, pivot value): `first` of the one that matches, null
     # when none does, as PivotFirst fills a cell.

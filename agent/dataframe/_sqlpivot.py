@@ -19,7 +19,7 @@ from typing import Any
 
 from .._rdd import UnsupportedOperation
 from ._columns import fresh, sql_name
-from ._pivot import pivot_first
+from ._pivot import FLOATING, pivot_first
 
 
 def pivot_query(
@@ -69,6 +69,8 @@ def pivot_query(
         )
     ptype = types[p]
     match = [f"{p} <=> CAST(({v.sql(dialect='spark')}) AS {ptype})" for v in values]
+    if ptype in FLOATING:  # (NaN matches no value, as in Spark's pivot)
+        match = [f"{m} AND NOT isnan({p})" for m in match]
     inside = " OR ".join(f"({m})" for m in match) if match else "false"
     cells = [f"first(CASE WHEN {m} THEN {n} END, true)" for m in match for n in a]
     lin = fresh()
