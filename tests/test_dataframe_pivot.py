@@ -89,6 +89,11 @@ def _max(c):
     return lambda rs: max(r[c] for r in rs)
 
 
+def _max_of(c):
+    """max over the rows whose `c` is not null, None when there are none."""
+    return lambda rs: max((r[c] for r in rs if r[c] is not None), default=None)
+
+
 def _count(c):
     return lambda rs: sum(r[c] is not None for r in rs) or 0
 
@@ -245,6 +250,25 @@ def test_pivot_nan_value_never_matches(lc, spark, data):
     rows = ref(data.ref())  # (its NaN column is "nan": Spark's, "NaN", is compared by place)
     assert any(r["3.0"] for r, _ in rows) and all(r["nan"] is None for r, _ in rows)
     check(lc, spark, data, build, ref, ["qty", "nan", "3.0", "4.0"])
+
+
+def test_pivot_values_computed_on_a_float_column(lc, spark, data):
+    # Spark names a float value's column by the float ("0.1"), not by the double that
+    # Python holds for it ("0.10000000149011612"); its cells are the same.
+    def build(t):
+        items = t["items"].withColumn("f", (F.col("qty") / 10).cast("float"))
+        return items.groupBy((F.col("price") > 50).alias("big")).pivot("f").agg(F.max("okey"))
+
+    values = sorted({r[2] / 10 for r in data.rows["items"]})
+
+    def ref(T):
+        return pivot_ref(
+            T["items"], lambda r: (("big", r["price"] > 50),), lambda r: r["qty"] / 10,
+            values, [("max", _max_of("okey"))], single=True,
+        )  # fmt: skip
+
+    check(lc, spark, data, build, ref, ["big", *map(str, values)])
+    same_types(lc, spark, data, build)
 
 
 def test_pivot_global_and_numeric_sum(lc, spark, data):

@@ -16,7 +16,8 @@ by construction and the input is read once:
   lineage is all its rows, which alone make it exist.
 
 `values=None` is computed as Spark computes it (distinct values, sorted, at most
-`spark.sql.pivotMaxValues`): a job, as vanilla runs. Aggregates of other types (a string
+`spark.sql.pivotMaxValues`): a job, as vanilla runs (a float column's values as Spark's
+strings, which name its columns as vanilla's). Aggregates of other types (a string
 `min`, `collect_list`, `first` of a string) make Spark rewrite each cell into the aggregate
 of a conditional instead, with other results (`count` gives 0, not null, for an empty cell;
 `first` skips nulls): that plan is not reproduced and raises `UnsupportedOperation`, as do a
@@ -59,7 +60,14 @@ def pivot_values(frame: LineageDataFrame, column: str, values: list | None) -> l
         return list(values)
     visible = _visible(frame)
     limit = int(visible.sparkSession.conf.get("spark.sql.pivotMaxValues", "10000"))
-    rows = visible.select(column).distinct().limit(limit + 1).sort(column).collect()
+    one = visible.select(column)
+    distinct = one.distinct().limit(limit + 1).sort(column)
+    ((name, dtype),) = one.dtypes
+    if dtype == "float":
+        # As Spark's strings: a float's Python double would name its column by the double
+        # ("0.10000000149011612", not "0.1"); the string, cast to float, is the same value.
+        distinct = distinct.select(quoted(name).cast("string"))
+    rows = distinct.collect()
     if len(rows) > limit:
         visible.groupBy().pivot(column)  # PySpark's own error (too many values)
     return [r[0] for r in rows]
