@@ -478,10 +478,15 @@ def test_sql_pivot_nan_value_never_matches(lc, spark, data):
 def test_sql_pivot_that_cannot_be_captured_raises(lc, data):
     for name, df in tables(lc.read, data).items():
         df.createOrReplaceTempView(name)
+    lc.udf.register("pivot_twice", lambda x: x * 2, "int")
     for text in (
         "SELECT * FROM orders PIVOT (max(tags) FOR status IN ('F', 'O'))",
         "SELECT * FROM (SELECT ckey, okey, status, tags FROM orders) "
         "PIVOT (count(okey) FOR (status, tags) IN (('F', 'a') AS fa))",
+        # A captured UDF in the aggregates (as in the DataFrame pivot): it was called
+        # without its hidden ids argument, and the query failed in the Python worker.
+        "SELECT * FROM (SELECT ckey, okey, status FROM orders) "
+        "PIVOT (sum(pivot_twice(okey)) FOR status IN ('F', 'O'))",
     ):
         with pytest.raises(UnsupportedOperation, match="PIVOT"):
             lc.sql(text)

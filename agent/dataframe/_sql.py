@@ -514,6 +514,14 @@ class SqlRewriter:
         from ._sqlpivot import pivot_query
 
         E = self.E
+        udfs = self.agent.udfs.registered
+        for call in pivot.find_all(E.Anonymous):
+            udf = udfs.get(str(call.this).lower())
+            if udf is not None and udf.captured:
+                # (The rewritten aggregates would call it without the row's ids.)
+                raise UnsupportedOperation(
+                    f"lc.sql: PIVOT with a captured UDF in its aggregates: {call.sql('spark')}"
+                )
         src_sql = src.sql(dialect="spark")
         visible = item.columns
         if visible is None:

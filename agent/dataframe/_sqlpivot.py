@@ -9,7 +9,8 @@ rows' ids; the second, by the keys, puts each first-level value in its value's c
 ids of its group's rows whose `col` is among the values (all of them when none is). The
 keys, names and types are vanilla's: read from Spark's analysis of the clause over src's
 visible columns. As in the DataFrame pivot, aggregates must return a type Spark pivots that
-way (boolean, integral, floating, decimal); a pivot over several columns at once raises.
+way (boolean, integral, floating, decimal); a pivot over several columns at once raises, and
+so does a captured UDF in the aggregates (`SqlRewriter._pivoted`).
 """
 
 from __future__ import annotations
