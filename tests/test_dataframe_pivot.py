@@ -411,6 +411,26 @@ def test_sql_unpivot_include_nulls_then_group(lc, spark, data):
     check(lc, spark, data, sql(lc, text), ref, ["var", "n", "m"])
 
 
+def test_sql_unpivot_over_a_join(lc, spark, data):
+    # Spark unpivots the FROM clause's whole join: both items' lineage columns ride as
+    # implicit id columns, so each row traces to its joined pair.
+    text = """SELECT nation, var, val FROM (SELECT okey, ckey FROM {orders}) o
+              JOIN (SELECT ckey AS k, nation FROM {customers}) c ON o.ckey = c.k
+              UNPIVOT (val FOR var IN (okey, k))"""
+
+    def ref(T):
+        j = R.join(T["orders"], T["customers"], lambda a, b: a["ckey"] == b["ckey"])
+        return R.explode(
+            j,
+            lambda r: [
+                {"nation": r["nation"], "var": n, "val": v}
+                for n, v in (("okey", r["okey"]), ("k", r["ckey"]))
+            ],
+        )
+
+    check(lc, spark, data, sql(lc, text), ref, ["nation", "var", "val"])
+
+
 def test_sql_pivot_aliases_and_groups_outside_values(lc, spark, data, tmp_path):
     # Implicit keys (tags: every column the clause does not use), aliased values and
     # aggregates; "P" rows reach no cell, tags groups of "P" orders only trace to them all.
@@ -487,6 +507,18 @@ def test_sql_pivot_that_cannot_be_captured_raises(lc, data):
         # without its hidden ids argument, and the query failed in the Python worker.
         "SELECT * FROM (SELECT ckey, okey, status FROM orders) "
         "PIVOT (sum(pivot_twice(okey)) FOR status IN ('F', 'O'))",
+        # Spark pivots a FROM clause's whole join: the join's PIVOT ran with the lineage
+        # columns as implicit keys (a group per row); the comma join's pivoted its last
+        # item alone (and failed).
+        "SELECT * FROM (SELECT ckey, status, okey FROM orders) o "
+        "JOIN (SELECT ckey AS k, nation FROM customers) c ON o.ckey = c.k "
+        "PIVOT (sum(okey) FOR status IN ('F', 'O'))",
+        "SELECT * FROM (SELECT ckey, status, okey FROM orders) o, "
+        "(SELECT ckey AS k, nation FROM customers) c PIVOT (sum(okey) FOR status IN ('F'))",
+        # An UNPIVOT alias over a join hides the items' names (their lineage columns').
+        "SELECT u.var FROM (SELECT ckey, okey FROM orders) o "
+        "JOIN (SELECT ckey AS k, nation FROM customers) c ON o.ckey = c.k "
+        "UNPIVOT (val FOR var IN (okey, k)) AS u",
     ):
         with pytest.raises(UnsupportedOperation, match="PIVOT"):
-            lc.sql(text)
+            lc.sql(text).collect()

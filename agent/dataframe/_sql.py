@@ -38,6 +38,8 @@ query block also outputs its rows' lineage columns; Spark then runs the rewritte
 - UNPIVOT: a row it makes has the lineage of the row it came from (the lineage columns
   ride as its implicit id columns). PIVOT: rewritten into the derived table of Spark's
   two-aggregate plan over the item's visible columns (`_sqlpivot`; as the DataFrame pivot).
+  Over a FROM clause with joins (which Spark pivots whole) PIVOT raises, and so does an
+  UNPIVOT with an alias.
 - Captured UDFs (`lc.udf.register`) get the row's ids as a hidden last argument.
 
 Anything else that would lose lineage (other lateral views, tables that are not lineage views,
@@ -486,6 +488,9 @@ class SqlRewriter:
         from_ = sel.args.get("from_")
         if from_ is None:
             return []
+        joins = sel.args.get("joins") or []
+        if joins:
+            self._no_pivot_over_join([from_.this, *joins, *(j.this for j in joins)])
         items = [self._source(from_.this, ctes)]
         for join in sel.args.get("joins") or []:
             kind = (join.kind or "").upper()
@@ -493,6 +498,25 @@ class SqlRewriter:
             if kind != "ANTI":  # an anti-join's right side contributes nothing
                 items.append(item)
         return items
+
+    def _no_pivot_over_join(self, nodes: list) -> None:
+        """Raises for a PIVOT, or an UNPIVOT with an alias, in a FROM clause with joins
+        (`nodes`: its items and joins, where sqlglot puts the clause). Spark applies the
+        clause to the whole join, which `_pivoted` does not rewrite: its implicit keys would
+        take the lineage columns (a group per row); an UNPIVOT's alias hides the items'
+        names, by which their lineage columns are read (without one, the lineage columns
+        ride as implicit id columns, as over one item)."""
+        for node in nodes:
+            for clause in node.args.get("pivots") or []:
+                if not clause.args.get("unpivot"):
+                    raise UnsupportedOperation(
+                        "lc.sql: PIVOT over a join (pivot a derived table that joins)"
+                    )
+                if clause.args.get("alias") is not None:
+                    raise UnsupportedOperation(
+                        "lc.sql: UNPIVOT with an alias over a join (unpivot a derived table "
+                        "that joins)"
+                    )
 
     def _source(self, src: Any, ctes: dict[str, Item]) -> Item:
         unpivot = _pivot_of(src)
