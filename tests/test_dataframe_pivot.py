@@ -515,6 +515,9 @@ def test_sql_pivot_that_cannot_be_captured_raises(lc, data):
         "PIVOT (sum(okey) FOR status IN ('F', 'O'))",
         "SELECT * FROM (SELECT ckey, status, okey FROM orders) o, "
         "(SELECT ckey AS k, nation FROM customers) c PIVOT (sum(okey) FOR status IN ('F'))",
+        # Repeated column names (Spark's implicit keys take both; the rewrite names them).
+        "SELECT * FROM (SELECT o.ckey, c.ckey, o.status, o.okey FROM orders o "
+        "JOIN customers c ON o.ckey = c.ckey) PIVOT (sum(okey) FOR status IN ('F'))",
         # An UNPIVOT alias over a join hides the items' names (their lineage columns').
         "SELECT u.var FROM (SELECT ckey, okey FROM orders) o "
         "JOIN (SELECT ckey AS k, nation FROM customers) c ON o.ckey = c.k "

@@ -552,6 +552,12 @@ class SqlRewriter:
             visible = self.output_columns(f"SELECT * FROM {src_sql}", ctes)
         if visible is None:
             raise UnsupportedOperation("lc.sql: PIVOT over a FROM item whose columns are unknown")
+        if len({c.lower() for c in visible}) != len(visible):
+            # (The rewrite names the item's columns, in its keys and the vanilla clause's
+            # analysis: a repeated name is ambiguous there.)
+            raise UnsupportedOperation(
+                "lc.sql: PIVOT over a FROM item with repeated column names (name them apart)"
+            )
         ids = self._flat_collect([(item.alias, n, k) for n, k in item.lin]).sql(dialect="spark")
         text, names, lin = pivot_query(
             E, src_sql, visible, pivot, ids, lambda q: self.output_types(q, ctes)
