@@ -456,6 +456,21 @@ def test_sql_pivot_aliases_and_groups_outside_values(lc, spark, data, tmp_path):
     reexecuted(lc, spark, data, sql(lc, text), cols, tmp_path)
 
 
+def test_sql_pivot_aggregate_qualified_by_the_item(lc, spark, data):
+    # The aggregate names its column by the FROM item's alias, as Spark allows (the
+    # rewrite's analysis of the clause used to lose the alias, and failed).
+    text = """SELECT * FROM (SELECT tags, status, okey FROM {orders}) AS d
+              PIVOT (max(d.okey) FOR status IN ('F', 'O'))"""
+
+    def ref(T):
+        return pivot_ref(
+            T["orders"], lambda r: (("tags", r["tags"]),), lambda r: r["status"], ["F", "O"],
+            [("max", _max("okey"))], single=True,
+        )  # fmt: skip
+
+    check(lc, spark, data, sql(lc, text), ref, ["tags", "F", "O"])
+
+
 def test_sql_pivot_null_value_over_join_in_cte(lc, spark, data):
     # The order key made null on every fifth item: the NULL value's cell is theirs.
     text = """WITH j AS (SELECT o.status, CASE WHEN i.okey % 5 = 0 THEN NULL ELSE i.okey END

@@ -560,7 +560,7 @@ class SqlRewriter:
             )
         ids = self._flat_collect([(item.alias, n, k) for n, k in item.lin]).sql(dialect="spark")
         text, names, lin = pivot_query(
-            E, src_sql, visible, pivot, ids, lambda q: self.output_types(q, ctes)
+            E, src_sql, item.alias, visible, pivot, ids, lambda q: self.output_types(q, ctes)
         )
         alias = pivot.args.get("alias")
         name = alias.name if alias is not None else fresh("pv")

@@ -26,6 +26,7 @@ from ._pivot import FLOATING, pivot_first
 def pivot_query(
     E: Any,
     src_sql: str,
+    alias: str,
     visible: list[str],
     pivot: Any,
     ids_sql: str,
@@ -33,7 +34,8 @@ def pivot_query(
 ) -> tuple[str, list[str], str]:
     """The query that computes `src_sql PIVOT (...)` (`pivot`, sqlglot's node) with
     lineage: its text, its visible columns, and its lineage column (an array of ids).
-    `visible`: src's visible columns; `ids_sql`: an aggregate of a group's ids over src;
+    `alias`: the name src's columns are qualified by (`o.v` in `FROM t o PIVOT (sum(o.v)
+    ...)`); `visible`: src's visible columns; `ids_sql`: an aggregate of a group's ids over src;
     `dtypes`: Spark's analysis of a query text (its columns' names and types)."""
     fields = pivot.args.get("fields") or []
     if len(fields) != 1 or not isinstance(fields[0], E.In) or isinstance(fields[0].this, E.Tuple):
@@ -48,7 +50,10 @@ def pivot_query(
     bare = pivot.copy()
     bare.set("alias", None)
     cols = ", ".join(sql_name(c) for c in visible)
-    out = dtypes(f"SELECT * FROM (SELECT {cols} FROM {src_sql}) {bare.sql(dialect='spark')}")
+    named = sql_name(alias)  # (the clause's columns may be qualified by it)
+    out = dtypes(
+        f"SELECT * FROM (SELECT {cols} FROM {src_sql}) AS {named} {bare.sql(dialect='spark')}"
+    )
     nkeys = len(out) - len(values) * len(aggs)
     keys = [sql_name(n) for n, _ in out[:nkeys]]
 
