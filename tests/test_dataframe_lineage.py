@@ -368,6 +368,54 @@ def test_drop_duplicates(lc, spark, data):
     check(lc, spark, data, build2, ref2, ["qty"])
 
 
+def _orders_below_customers(t):
+    """A condition join whose output repeats a name: `ckey` of both sides."""
+    o, c = t["orders"].select("ckey", "status"), t["customers"].select("ckey", "nation")
+    return o.join(c, o.ckey < c.ckey)
+
+
+def _orders_below_customers_ref(T):
+    o = R.select(T["orders"], lambda r: {"ckey": r["ckey"], "status": r["status"]})
+    c = R.select(T["customers"], lambda r: {"ckey2": r["ckey"], "nation": r["nation"]})
+    return R.join(o, c, lambda a, b: a["ckey"] < b["ckey2"])
+
+
+def test_distinct_over_repeated_names(lc, spark, data, capsys):
+    """Over a condition join's repeated `ckey`, `distinct` takes the columns by position,
+    as Spark does, and `printSchema` prints vanilla's schema: grouping or selecting by name
+    was ambiguous."""
+    check(
+        lc,
+        spark,
+        data,
+        lambda t: _orders_below_customers(t).distinct(),
+        lambda T: R.distinct(_orders_below_customers_ref(T)),
+        ["ckey", "status", "ckey2", "nation"],
+    )
+    _orders_below_customers(tables(lc.read, data)).printSchema()
+    captured = capsys.readouterr().out
+    _orders_below_customers(tables(spark.read, data)).printSchema()
+    assert captured == capsys.readouterr().out
+
+
+def test_drop_duplicates_over_repeated_names(lc, spark, data):
+    """A name in `dropDuplicates`' subset keys every column that has it, as in Spark."""
+    cols = ["ckey", "status", "ckey2", "nation"]
+    check(
+        lc,
+        spark,
+        data,
+        lambda t: (
+            _orders_below_customers(t).dropDuplicates(["ckey"]).toDF(*cols).drop("status", "nation")
+        ),
+        lambda T: R.select(
+            R.distinct(_orders_below_customers_ref(T), ["ckey", "ckey2"]),
+            lambda r: {"ckey": r["ckey"], "ckey2": r["ckey2"]},
+        ),
+        ["ckey", "ckey2"],
+    )
+
+
 def test_union_and_union_by_name(lc, spark, data):
     def build(t):
         a = t["orders"].where("okey < 5").select("okey", "ckey")

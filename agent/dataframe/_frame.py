@@ -212,10 +212,12 @@ class LineageDataFrame:
         return self._agent.udfs.source(self, self._df, self._lin, cols)
 
     def _visible_df(self) -> Any:
-        """The same rows without the hidden columns (what vanilla PySpark would hold)."""
+        """The same rows without the hidden columns (what vanilla PySpark would hold): the
+        hidden ones dropped by name, as selecting the visible ones by name would be
+        ambiguous where two share one (a condition join's `ckey` of both sides)."""
         if not self._lin:
             return self._df
-        return self._df.select(*[quoted(c) for c in self.columns])
+        return self._df.drop(*[c for c in self._all_columns if is_hidden(c)])
 
     # -- schema ------------------------------------------------------------------------------
 
@@ -648,6 +650,8 @@ class LineageDataFrame:
     def distinct(self) -> LineageDataFrame:
         if not self._lin:
             return self._new(self._df.distinct())
+        if len(set(self.columns)) < len(self.columns):
+            return self._by_position(lambda df, _names: df.distinct())
         return self.groupBy(*[quoted(c) for c in self.columns]).agg()
 
     def dropDuplicates(self, subset: list[str] | None = None) -> LineageDataFrame:
@@ -661,10 +665,28 @@ class LineageDataFrame:
         for k in keys:
             if k not in self.columns:
                 self._visible_df().dropDuplicates(keys)  # PySpark's own error
+        if len(set(self.columns)) < len(self.columns):
+            # As Spark does, a name keys every column that has it.
+            return self._by_position(
+                lambda df, names: df.dropDuplicates(
+                    [t for t, c in zip(df.columns, names) if c in keys]
+                )
+            )
         # As Spark plans it: group by the subset, first() of every other column.
         others = [F.first(quoted(c)).alias(c) for c in self.columns if c not in keys]
         grouped = self.groupBy(*keys).agg(*others)
         return grouped.select(*[quoted(c) for c in self.columns])
+
+    def _by_position(
+        self, op: Callable[[LineageDataFrame, list[str]], LineageDataFrame]
+    ) -> LineageDataFrame:
+        """`op` over this frame with its visible columns renamed apart, then named back:
+        a condition join repeats names (`ckey` of both sides), which Spark's own
+        `distinct` / `dropDuplicates` take by position, but a group key by name would be
+        ambiguous."""
+        names = self.columns
+        apart = self.toDF(*[f"_{i}_{c}" for i, c in enumerate(names)])
+        return op(apart, names).toDF(*names)
 
     drop_duplicates = dropDuplicates
 

@@ -58,7 +58,7 @@ def pivot_values(frame: LineageDataFrame, column: str, values: list | None) -> l
     when none are given (`RelationalGroupedDataset.pivot`): sorted, nulls first."""
     if values is not None:
         return list(values)
-    visible = _visible(frame)
+    visible = frame._visible_df()
     limit = int(visible.sparkSession.conf.get("spark.sql.pivotMaxValues", "10000"))
     one = visible.select(column)
     distinct = one.distinct().limit(limit + 1).sort(column)
@@ -84,7 +84,7 @@ def pivoted(
             "lineage capture"
         )
     # Vanilla's plan, analysed only: its errors, column names and types.
-    vanilla = _visible(frame).groupBy(*cols).pivot(column, values).agg(*exprs)
+    vanilla = frame._visible_df().groupBy(*cols).pivot(column, values).agg(*exprs)
     out_types = vanilla.dtypes
     lin = frame._lin
     keys = [fresh("k") for _ in cols]
@@ -129,13 +129,6 @@ def pivoted(
         F.col(name),
     )
     return frame._new(df, Lineage((), (name,), lin.cps), columns=[*names, name])
-
-
-def _visible(frame: LineageDataFrame) -> Any:
-    """`frame`'s rows without the hidden columns, dropped by name: selecting the visible
-    ones by name would be ambiguous where two share a name (a join's `ckey` from both
-    sides), which vanilla's pivot need not refer to."""
-    return frame._df.drop(*frame._lin.names)
 
 
 def pivot_first(dtype: str) -> bool:
