@@ -37,6 +37,7 @@ if TYPE_CHECKING:
         parse_record_id,
         parse_record_ref,
         resolve_record,
+        resolve_records,
     )
 
 _EXPORTS = {
@@ -71,6 +72,7 @@ _EXPORTS = {
     "parse_record_ref": ".lineage",
     "parse_size": "._config",
     "resolve_record": ".lineage",
+    "resolve_records": ".lineage",
 }
 
 __all__ = [
@@ -105,6 +107,7 @@ __all__ = [
     "parse_record_ref",
     "parse_size",
     "resolve_record",
+    "resolve_records",
 ]
 
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())

@@ -87,8 +87,13 @@ def make_data(d) -> Data:
     return Data(str(d), rows, lines, offsets)
 
 
-def tables(reader, data: Data) -> dict:
-    return {n: reader.csv(data.path(n), header=True, schema=SCHEMAS[n]) for n in SCHEMAS}
+def tables(reader, data: Data, again: tuple[str, ...] = ()) -> dict:
+    """The tables read through `reader`; each of `again` read a second time too (as
+    `<name>@2`: another scan of the same file)."""
+    out = {n: reader.csv(data.path(n), header=True, schema=SCHEMAS[n]) for n in SCHEMAS}
+    for n in again:
+        out[f"{n}@2"] = reader.csv(data.path(n), header=True, schema=SCHEMAS[n])
+    return out
 
 
 def check(
@@ -99,15 +104,17 @@ def check(
     ref: Callable[[dict], R.Table],
     cols: list[str],
     ordered: bool = False,
+    again: tuple[str, ...] = (),
 ) -> Any:
     """Rows equal vanilla's; each row's backward trace and each line's forward trace equal
-    the brute-force reference's. Returns the captured query (its plan, as it ran)."""
+    the brute-force reference's (`again`: tables also read a second time, see `tables`).
+    Returns the captured query (its plan, as it ran)."""
     # Few scan partitions, several pieces each: positions are not trivial.
     spark.conf.set("spark.sql.files.maxPartitionBytes", "700")
     try:
-        q = build(tables(lc.read, data))
+        q = build(tables(lc.read, data, again))
         rows = q.collect()
-        vanilla = build(tables(spark.read, data)).collect()
+        vanilla = build(tables(spark.read, data, again)).collect()
     finally:
         spark.conf.unset("spark.sql.files.maxPartitionBytes")
     assert q.columns == (vanilla[0].__fields__ if vanilla else q.columns)
@@ -135,9 +142,10 @@ def check(
     index = lc.repo.lineage
     for name in SCHEMAS:
         for line, offset in zip(data.lines[name], data.offsets[name]):
-            rid = index.record_at(lc.run_id, data.path(name), offset + 1)
-            assert rid is not None, (name, line)
-            fwd = LineageRDD(lc.repo, lc.run_id, np.array([rid])).go_next_all().record_ids
+            # The line at each read of its file (`again`: two).
+            rids = index.records_at(lc.run_id, data.path(name), offset + 1)
+            assert len(rids) == 1 + (name in again), (name, line)
+            fwd = LineageRDD(lc.repo, lc.run_id, np.array(rids)).go_next_all().record_ids
             fwd = fwd[unpack_record_ids(fwd)[0] == out_cp]
             positions = unpack_record_ids(fwd)[2].tolist()
             got_rows = Counter(R.key_of(rows[p], cols) for p in positions)

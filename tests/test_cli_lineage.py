@@ -121,3 +121,34 @@ def test_demo_runs_end_to_end(tmp_path):
     assert out.returncode == 0, out.stderr[-2000:]
     assert "Try:" in out.stdout and "provrepo ui " in out.stdout
     assert cli(["verify", str(tmp_path / "demo")]) == 0
+
+
+def test_a_line_read_twice_is_traced_from_both_reads(lc, tmp_path, capsys):
+    """A CSV file read twice in one run (two scans, self-joined): FILE@OFFSET names its line
+    at both reads, so `trace --forward` from it reaches the outputs of either side, `trace`
+    back from it gives both records (the same line), and the UI's graph starts from both."""
+    from repository.ui import Api
+
+    rows = [(k, k % 3) for k in range(12)]
+    path = tmp_path / "t.csv"
+    path.write_text("k,g\n" + "".join(f"{k},{g}\n" for k, g in rows))
+    a = lc.read.csv(str(path), header=True, schema="k INT, g INT")
+    b = lc.read.csv(str(path), header=True, schema="k INT, g INT")
+    out = a.join(b, a.g == b.g).select(a.k.alias("x"), b.k.alias("y")).collect()
+    lc.repo.rollover()
+    repo, line = str(lc.repo.path), 4  # the line of k == 4
+    offset = len("k,g\n") + sum(len(f"{k},{g}\n") for k, g in rows[:line]) + 1
+    capsys.readouterr()
+    assert cli(["trace", repo, f"{path}@{offset}", "--forward", "--data", "--run", lc.run_id]) == 0
+    reached = [r for r in json_lines(capsys) if r["component_type"] == "collect"]
+    want = [(r.x, r.y) for r in out if line in (r.x, r.y)]
+    assert sorted(tuple(r["data"]) for r in reached) == sorted(want)
+    assert cli(["trace", repo, f"{path}@{offset}", "--data", "--run", lc.run_id]) == 0
+    back = json_lines(capsys)
+    assert [r["data"] for r in back] == ["4,1", "4,1"]
+    assert len({r["capture_point"] for r in back}) == 2
+    picture = Api(lc.repo).trace(f"{path}@{offset}", {"direction": ["forward"], "run": [lc.run_id]})
+    roots = {n["record_id"] for n in picture["nodes"] if n["root"]}
+    assert roots == {r["record_id"] for r in back}
+    shown = [n for n in picture["nodes"] if n["capture_point"] == reached[0]["capture_point"]]
+    assert sorted(n["record_id"] for n in shown) == sorted(r["record_id"] for r in reached)

@@ -185,6 +185,26 @@ def test_self_join(lc, spark, data):
     check(lc, spark, data, build, ref, ["x", "y"])
 
 
+def test_self_join_of_two_reads_of_one_file(lc, spark, data):
+    """The same file read twice (two scans) and joined: a line is a record at each scan,
+    and its forward trace from the file's byte (`records_at`: both) reaches every output
+    row of either side."""
+
+    def build(t):
+        a, b = t["orders"], t["orders@2"]
+        return a.join(b, a.ckey == b.ckey).select(a.okey.alias("x"), b.okey.alias("y"))
+
+    def ref(T):
+        return R.join(
+            T["orders"],
+            T["orders"],
+            lambda a, b: a["ckey"] == b["ckey"],
+            merge=lambda a, b: {"x": a["okey"], "y": b["okey"]},
+        )
+
+    check(lc, spark, data, build, ref, ["x", "y"], again=("orders",))
+
+
 # -- aggregation ----------------------------------------------------------------------------------
 
 

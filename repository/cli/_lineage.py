@@ -12,7 +12,7 @@ import numpy as np
 
 from journals import unpack_record_ids
 
-from .. import RunInfo, jsonable, resolve_record
+from .. import RunInfo, jsonable, resolve_records
 from ._args import (
     add_json_flag,
     non_negative_int,
@@ -28,8 +28,9 @@ def cmd_trace(args: argparse.Namespace) -> int:
     out: Output = args.output
     with open_read_only(args.repo) as repo:
         index = repo.lineage
-        run, rid = resolve_record(index, args.record_id, args.run)
-        ids, hops = index.trace(run, np.array([rid]), args.forward, args.depth)
+        # FILE@OFFSET names the line at every read of the file in the run.
+        run, rids = resolve_records(index, args.record_id, args.run)
+        ids, hops = index.trace(run, np.array(rids, dtype=np.int64), args.forward, args.depth)
         if args.limit is not None:
             ids = ids[: args.limit]
         info = index.run_info(run)

@@ -36,6 +36,7 @@ if TYPE_CHECKING:
         parse_record_id,
         parse_record_ref,
         resolve_record,
+        resolve_records,
     )
     from ._sets import equal_runs
 
@@ -65,6 +66,7 @@ _EXPORTS = {
     "read_range": "._raw",
     "read_ranges": "._raw",
     "resolve_record": "._records",
+    "resolve_records": "._records",
     "verify_forward": "._forward_store",
     "verify_line_marks": "._linemarks",
 }
@@ -95,6 +97,7 @@ __all__ = [
     "read_range",
     "read_ranges",
     "resolve_record",
+    "resolve_records",
     "verify_forward",
     "verify_line_marks",
 ]

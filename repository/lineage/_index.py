@@ -407,11 +407,20 @@ class LineageIndex:
         return [self._store.get(int(e)) if e else None for e in self.event_ids(run, record_ids)]
 
     def record_at(self, run: str, path: str, offset: int) -> int | None:
-        """The text-source record whose line holds byte `offset` of `path` (input records named
-        by (file, offset), as Titian's HadoopLineageRDD names them); None if no stored record
-        of the run does. Point lookups only: ~log2(records of one partition) events read."""
+        """The first of `records_at`: a record whose line holds byte `offset` of `path`; None
+        if no record of the run does."""
+        found = self.records_at(run, path, offset)
+        return found[0] if found else None
+
+    def records_at(self, run: str, path: str, offset: int) -> list[int]:
+        """Every record of the run whose line holds byte `offset` of `path` (input records
+        named by (file, offset), as Titian's HadoopLineageRDD names them), by capture point: a
+        file read twice in one run (two `textFile`s, two `lc.read`s of it, a self-join) has
+        the line at each. Point lookups only: ~log2(records of one partition) events read
+        per text source partition that holds the byte."""
         uri = path if "://" in path else "file://" + os.path.abspath(path)
         info = self.run_info(run)
+        out = []
         for cp in info.capture_points.values():
             if cp.dependency != "source":
                 continue
@@ -431,8 +440,13 @@ class LineageIndex:
                         lo = mid
                     else:
                         hi = mid - 1
-                return base + lo
-        return self._scan_record_at(run, path, offset)
+                out.append(base + lo)
+                break  # a line belongs to one partition of a capture point
+        for number, scan in self._scans(run).items():
+            hit = self._scan_rows.position_of((run, number), scan, path, offset)
+            if hit is not None:
+                out.append(pack_record_id(number, hit[0], hit[1]))
+        return sorted(out)
 
     # -- DataFrame scans: rows named by position, not stored one by one -----------------------
 
@@ -455,13 +469,6 @@ class LineageIndex:
                 done += self._scan_rows.has_line_marks((run, cp), scan, part)
         return done
 
-    def _scan_record_at(self, run: str, path: str, offset: int) -> int | None:
-        for cp, scan in self._scans(run).items():
-            hit = self._scan_rows.position_of((run, cp), scan, path, offset)
-            if hit is not None:
-                return pack_record_id(cp, hit[0], hit[1])
-        return None
-
     def newest_run_with(self, record_id: int) -> str | None:
         """The newest run that stores this record (None if no run does)."""
         for candidate in reversed(self.runs()):
@@ -471,17 +478,17 @@ class LineageIndex:
                 return candidate
         return None
 
-    def find_record_at(
+    def find_records_at(
         self, path: str, offset: int, run: str | None = None
-    ) -> tuple[str, int] | None:
-        """(run, record id) of the text-input line holding byte `offset` of `path`, in `run`
-        (NotFound if there is no such run) or else the newest run that read it."""
+    ) -> tuple[str, list[int]] | None:
+        """(run, `records_at`) for byte `offset` of `path`, in `run` (NotFound if there is no
+        such run) or else the newest run that read it."""
         if run is not None:
             self.run_info(run)  # NotFound names the runs there are
         for candidate in [run] if run is not None else list(reversed(self.runs())):
-            rid = self.record_at(candidate, path, offset)
-            if rid is not None:
-                return candidate, rid
+            rids = self.records_at(candidate, path, offset)
+            if rids:
+                return candidate, rids
         return None
 
     def is_scan_row(self, run: str, record_id: int) -> bool:

@@ -49,12 +49,16 @@ def format_record_id(record_id: int) -> str:
     return f"{cp}:{part}:{pos}"
 
 
-def resolve_record(index: LineageIndex, ref: RecordRef, run: str | None = None) -> tuple[str, int]:
-    """(run, record id) of a reference. Without `run`: the newest run that stores the record
-    (or, for FILE@OFFSET, that read that byte). NotFound when none does, or `run` is unknown."""
+def resolve_records(
+    index: LineageIndex, ref: RecordRef, run: str | None = None
+) -> tuple[str, list[int]]:
+    """(run, record ids) of a reference: the record an id names, or, for FILE@OFFSET, every
+    record of the run whose line holds that byte (a file read twice in one run has one per
+    read). Without `run`: the newest run that stores the record (or read that byte).
+    NotFound when none does, or `run` is unknown."""
     if isinstance(ref, tuple):
         path, offset = ref
-        at = index.find_record_at(path, offset, run)
+        at = index.find_records_at(path, offset, run)
         if at is None:
             raise NotFound(f"{'run ' + run if run else 'no run'} read byte {offset} of {path}")
         return at
@@ -63,9 +67,15 @@ def resolve_record(index: LineageIndex, ref: RecordRef, run: str | None = None) 
         found = index.newest_run_with(ref)
         if found is None:
             raise NotFound(f"no run stores record {what}")
-        return found, ref
+        return found, [ref]
     index.run_info(run)  # NotFound naming the runs there are
     stored = index.event_ids(run, np.array([ref], dtype=np.int64))[0]
     if not stored and not index.is_scan_row(run, ref):
         raise NotFound(f"run {run} stores no record {what}")
-    return run, ref
+    return run, [ref]
+
+
+def resolve_record(index: LineageIndex, ref: RecordRef, run: str | None = None) -> tuple[str, int]:
+    """(run, the first record) of `resolve_records`."""
+    found, rids = resolve_records(index, ref, run)
+    return found, rids[0]

@@ -34,6 +34,7 @@ from .. import (
     jsonable,
     parse_record_ref,
     resolve_record,
+    resolve_records,
 )
 from ._graph import DEFAULT_COLLAPSE, DEFAULT_LIMIT, GraphRequest, TraceGraphs, data_text
 
@@ -303,7 +304,7 @@ class Api:
     def trace(self, text: str, params: Params) -> dict:
         _only(params, _TRACE_PARAMS)
         index = self.repo.lineage
-        run, rid = resolve_record(index, _ref(text), _one(params, "run"))
+        run, rids = resolve_records(index, _ref(text), _one(params, "run"))
         depth_text = _one(params, "depth")
         depth = None if depth_text in (None, "", "all") else _int(params, "depth", 1, 1, 10_000)
         hops = []
@@ -315,7 +316,8 @@ class Api:
         expand = [k for e in params.get("expand", []) for k in e.split(",") if k]
         req = GraphRequest(
             run=run,
-            root=rid,
+            root=rids[0],
+            also=tuple(rids[1:]),
             direction=_one(params, "direction") or "backward",
             depth=depth,
             expand=tuple(expand),

@@ -50,6 +50,7 @@ class GraphRequest:
     run: str
     root: int
     direction: str = "backward"
+    also: tuple[int, ...] = ()  # more roots: a FILE@OFFSET line read again in the same run
     depth: int | None = None  # hops; None: all the way
     expand: tuple[str, ...] = ()  # group keys "cp:partition" or "cp:*"
     hops: tuple[tuple[int, str], ...] = ()  # (record id, "backward" | "forward"): one hop each
@@ -93,22 +94,24 @@ class TraceGraphs:
         _check(req)
         index = self._index
         info = index.run_info(req.run)  # NotFound naming the runs there are
-        stored = index.event_ids(req.run, np.array([req.root] + [h[0] for h in req.hops]))
-        for rid, ev in zip([req.root] + [h[0] for h in req.hops], stored.tolist()):
-            if not ev:
+        asked = [req.root, *req.also] + [h[0] for h in req.hops]
+        stored = index.event_ids(req.run, np.array(asked, dtype=np.int64))
+        for rid, ev in zip(asked, stored.tolist()):
+            # DataFrame scan rows are re-read from their files, not stored as events.
+            if not ev and not index.is_scan_row(req.run, rid):
                 raise NotFound(f"run {req.run} stores no record {format_record_id(rid)}")
         walk = self._walk(req, info, version)
         return _Picture(index, info, req, walk).build()
 
     def _walk(self, req: GraphRequest, info: RunInfo, version: Any) -> _Walk:
-        key = (req.run, req.root, req.direction, req.depth, req.hops, version)
+        key = (req.run, req.root, req.also, req.direction, req.depth, req.hops, version)
         with self._lock:
             hit = self._cache.get(key)
             if hit is not None:
                 self._cache.move_to_end(key)
                 return hit
         parts: list[_Walk] = []
-        root = np.array([req.root], dtype=np.int64)
+        root = unique_ids(np.array([req.root, *req.also], dtype=np.int64))
         if req.direction in ("backward", "both"):
             parts.append(self._one_way(req.run, info, root, False, req.depth))
         if req.direction in ("forward", "both"):
@@ -310,7 +313,9 @@ class _Picture:
         """Which records are shown alone; True when `limit` kept an expanded group partly
         collapsed."""
         req = self.req
-        pins = unique_ids(np.array([req.root] + [h[0] for h in req.hops], dtype=np.int64))
+        pins = unique_ids(
+            np.array([req.root, *req.also] + [h[0] for h in req.hops], dtype=np.int64)
+        )
         pinned = isin_sorted(recs, pins)
         ucp, inv, counts = group_ids(cps)
         alone_cp = counts <= req.collapse
@@ -376,7 +381,7 @@ class _Picture:
                     "position": poss[k],
                     "event_id": events[k] or None,
                     "text": data_text(data[k], _TEXT),
-                    "root": rid == self.req.root,
+                    "root": rid == self.req.root or rid in self.req.also,
                     "more": more,
                     "x": float(x[k]),
                     "y": float(y[k]),
