@@ -9,13 +9,20 @@ when `spark.sql.files.maxPartitionNum` is exceeded. This module reproduces those
 tests compare them with Spark's own layout (`spark_partition_id()`, `_metadata`) over many
 shapes. The result goes into the capture point's descriptor, where the repository reads it to
 re-read source rows by byte offset.
+
+Spark lists the files once, when the DataFrame is read, but plans the partitions from that
+listing each time it plans a query, with the session settings of that moment (`ScanConf`):
+`partitioned` plans them again from a descriptor's listing, as the agent does before each
+action (`_reader.ScanPlans`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 import re
+import weakref
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote, urlparse
@@ -40,14 +47,27 @@ def byte_size(text: str) -> int:
     return int(m[1]) * _UNITS[m[2].lower()]
 
 
+MAX_PARTITION_BYTES = "spark.sql.files.maxPartitionBytes"
+OPEN_COST = "spark.sql.files.openCostInBytes"
+MIN_PARTITION_NUM = "spark.sql.files.minPartitionNum"
+LEAF_PARALLELISM = "spark.sql.leafNodeDefaultParallelism"
+DEFAULT_PARALLELISM = "the default parallelism"
+MAX_PARTITION_NUM = "spark.sql.files.maxPartitionNum"
+
+
 @dataclass(frozen=True)
 class ScanConf:
-    """The session settings Spark's file-scan planning reads."""
+    """The session settings Spark's file-scan planning reads (`FilePartition.maxSplitBytes`
+    and `getFilePartitions`, Spark 4.x), read again by Spark whenever it plans a query.
+    `min_partition_from` names where `min_partition_num` came from: minPartitionNum, else
+    leafNodeDefaultParallelism, else the default parallelism (the cluster's cores, which
+    may change as executors come and go)."""
 
     max_partition_bytes: int
     open_cost: int
     min_partition_num: int
     max_partition_num: int | None
+    min_partition_from: str = MIN_PARTITION_NUM
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -57,31 +77,59 @@ class ScanConf:
             "maxPartitionNum": self.max_partition_num,
         }
 
+    def changes(self, now: ScanConf) -> list[str]:
+        """The settings that differ in `now`, each as "<setting> <then> -> <now>"."""
+        out = []
+        for name, a, b in (
+            (MAX_PARTITION_BYTES, self.max_partition_bytes, now.max_partition_bytes),
+            (OPEN_COST, self.open_cost, now.open_cost),
+            (MAX_PARTITION_NUM, self.max_partition_num, now.max_partition_num),
+        ):
+            if a != b:
+                out.append(f"{name} {_shown(a)} -> {_shown(b)}")
+        if self.min_partition_num != now.min_partition_num:
+            if self.min_partition_from == now.min_partition_from:
+                name = now.min_partition_from
+            else:
+                name = f"{self.min_partition_from} -> {now.min_partition_from}"
+            out.append(f"{name} {self.min_partition_num} -> {now.min_partition_num}")
+        return out
+
+
+def _shown(value: int | None) -> str:
+    return "unset" if value is None else str(value)
+
 
 def scan_conf(spark: Any) -> ScanConf:
-    """The planning settings of `spark` (a classic or Spark Connect session)."""
+    """The planning settings of `spark` (a classic or Spark Connect session) now."""
 
-    def get(key: str) -> str | None:
-        try:
-            value = spark.conf.get(key)
-        except Exception:  # a key with no default that is not set
+    def get(key: str, optional: bool = False) -> str | None:
+        try:  # an optional key (no built-in default) answers None unset, not an error
+            value = spark.conf.get(key, None) if optional else spark.conf.get(key)
+        except Exception:
             return None
         return None if value in (None, "", "None") else str(value)
 
-    max_bytes = byte_size(get("spark.sql.files.maxPartitionBytes") or "128m")
-    open_cost = byte_size(get("spark.sql.files.openCostInBytes") or "4m")
-    min_num = get("spark.sql.files.minPartitionNum")
+    max_bytes = byte_size(get(MAX_PARTITION_BYTES) or "128m")
+    open_cost = byte_size(get(OPEN_COST) or "4m")
+    min_num, source = get(MIN_PARTITION_NUM, True), MIN_PARTITION_NUM
     if min_num is None:
-        leaf = get("spark.sql.leafNodeDefaultParallelism")
-        min_num = leaf if leaf is not None else str(default_parallelism(spark))
-    max_num = get("spark.sql.files.maxPartitionNum")
-    return ScanConf(max_bytes, open_cost, int(min_num), int(max_num) if max_num else None)
+        min_num, source = get(LEAF_PARALLELISM, True), LEAF_PARALLELISM
+    if min_num is None:
+        min_num, source = str(default_parallelism(spark)), DEFAULT_PARALLELISM
+    max_num = get(MAX_PARTITION_NUM, True)
+    return ScanConf(max_bytes, open_cost, int(min_num), int(max_num) if max_num else None, source)
+
+
+# Spark Connect sessions whose default parallelism only a job could tell (see below).
+_ASKED: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
 
 
 def default_parallelism(spark: Any) -> int:
     """`sparkContext.defaultParallelism`, also under Spark Connect (which has no context):
     there, from the conf or a `local[N]` master, else by asking a one-row job (range's
-    default slicing is that number)."""
+    default slicing is that number), once per session (the agent reads the settings before
+    every action)."""
     try:
         return int(spark.sparkContext.defaultParallelism)
     except Exception:  # Spark Connect: no SparkContext
@@ -95,10 +143,16 @@ def default_parallelism(spark: Any) -> int:
         return os.cpu_count() or 1 if m[1] == "*" else int(m[1])
     if master == "local":
         return 1
+    with contextlib.suppress(TypeError):  # a session that takes no weak reference
+        if spark in _ASKED:
+            return _ASKED[spark]
     from pyspark.sql import functions as F
 
     row = spark.range(1 << 20).select(F.max(F.spark_partition_id())).first()
-    return int(row[0]) + 1
+    n = int(row[0]) + 1
+    with contextlib.suppress(TypeError):
+        _ASKED[spark] = n
+    return n
 
 
 @dataclass(frozen=True)
@@ -288,30 +342,41 @@ def parquet_row_groups(files: list[ScanFile]) -> list[list[list[int]]]:
     return out
 
 
-def plan_scan(spark: Any, fmt: str, paths: list[str], options: dict[str, Any]) -> dict:
+def plan_scan(
+    spark: Any, fmt: str, paths: list[str], options: dict[str, Any], conf: ScanConf | None = None
+) -> dict:
     """The descriptor of a scan: everything needed to re-read a row from its (partition,
-    position), and to notice that the files changed since."""
+    position), and to notice that the files changed since. The files are listed now (as
+    Spark lists them when a DataFrame is read), the partitions planned under `conf` (the
+    session's settings now if None)."""
     rules = check_options(fmt, options)
     files = list_files(paths, fmt)
-    conf = scan_conf(spark)
-    parts = plan_partitions(files, conf)
     scan: dict[str, Any] = {
         "format": fmt,
         "files": [[f.path, f.size, f.mtime_ns] for f in files],
-        "partitions": [[list(p) for p in part] for part in parts],
-        "conf": conf.to_dict(),
         "options": rules,
     }
     if fmt == "parquet":
-        groups = parquet_row_groups(files)
-        scan["row_groups"] = groups
+        scan["row_groups"] = parquet_row_groups(files)
+    scan.update(partitioned(scan, scan_conf(spark) if conf is None else conf))
+    return scan
+
+
+def partitioned(scan: dict, conf: ScanConf) -> dict[str, Any]:
+    """A scan descriptor's "partitions" and "conf" as Spark plans them under `conf`, from
+    the files as the descriptor lists them (their sizes when they were listed: Spark plans
+    from the listing made when the DataFrame was read, not from the files as they are)."""
+    files = [ScanFile(str(p), int(size), int(mtime)) for p, size, mtime in scan["files"]]
+    parts = plan_partitions(files, conf)
+    groups = scan.get("row_groups")
+    if groups is not None:  # Parquet
         for part in parts:
             rows = sum(n for fi, s, ln in part for mid, n in groups[fi] if s <= mid < s + ln)
             _fits(rows)
     else:
         for part in parts:  # a row needs at least its line terminator, but the last
             _fits(sum(ln for _, _, ln in part) + len(part))
-    return scan
+    return {"partitions": [[list(p) for p in part] for part in parts], "conf": conf.to_dict()}
 
 
 def _fits(rows: int) -> None:
