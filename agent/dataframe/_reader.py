@@ -1,16 +1,32 @@
-"""`lc.read`: DataFrameReader's shape; every row gets its record id at the scan."""
+"""`lc.read`: DataFrameReader's shape; every row gets its record id at the scan.
+
+A row's id is (scan partition, position) under the partitions Spark planned for the query
+that read it, and Spark plans them whenever it plans a query, with the session's settings of
+that moment (`_scan.ScanConf`), from the files as listed when the DataFrame was read. So the
+plan `lc.read` stores is checked again before each action (`ScanPlans`): a source no action
+has read yet takes the plan of the settings then; one whose rows an earlier action already
+numbered under another plan is refused (its rows would have two ids in one run).
+"""
 
 from __future__ import annotations
 
+import threading
+import weakref
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .._rdd import UnsupportedOperation
+from .._splits import UnsupportedInput
 from ._columns import Lineage, fresh, scan_id_sql, sql_name
 from ._frame import LineageDataFrame
-from ._recipe import Source, set_recipe
-from ._scan import plan_scan
+from ._recipe import Call, Source, is_recorded, recipe_of, set_recipe
+from ._scan import ScanConf, partitioned, plan_scan, scan_conf
 
 if TYPE_CHECKING:
+    from .._spec import CapturePoint
+    from ._plumbing import Plumbing
     from ._session import FrameAgent
 
 _FORMATS = ("csv", "json", "text", "parquet")
@@ -87,16 +103,18 @@ def scanned(agent: FrameAgent, fmt: str, paths: list[str], schema: Any, opts: di
     """(vanilla DataFrame, LineageDataFrame) of a file scan with its rows' ids."""
     spark = agent.spark
     # Refuse what cannot be traced before Spark reads anything (its errors would come first).
-    scan = plan_scan(spark, fmt, paths, opts) if agent.plumbing.capture else None
+    conf = scan_conf(spark) if agent.plumbing.capture else None
+    scan = plan_scan(spark, fmt, paths, opts, conf) if conf is not None else None
     reader = spark.read.format(fmt)
     if schema is not None:
         reader = reader.schema(schema)
     if opts:
         reader = reader.options(**opts)
     df = reader.load(paths if len(paths) != 1 else paths[0])
-    if scan is None:
+    if scan is None or conf is None:
         return LineageDataFrame(agent, df, Lineage())
     cp = agent.plumbing.source_cp(fmt, len(scan["partitions"]), path=",".join(paths), scan=scan)
+    scan_plans(agent).add(_Scan(cp.number, fmt, list(paths), scan, conf))
     h = fresh()
     # The id is projected directly over the scan, where monotonically_increasing_id() is
     # (scan partition, row index): see _columns.scan_id_sql. `selectExpr` of text: 7 py4j
@@ -110,3 +128,165 @@ def scanned(agent: FrameAgent, fmt: str, paths: list[str], schema: Any, opts: di
     )
     set_recipe(frame, Source(cp.number, h, (fmt, list(paths), dict(opts), scan)))
     return frame
+
+
+# -- the plan each action reads a scan with ------------------------------------------------
+
+
+@dataclass
+class _Scan:
+    """A captured scan: `scan` is the plan in its capture point's descriptor (the very dict
+    the descriptor and the source's recipe hold: changed in place, it is journaled with the
+    run's descriptor after the action), made under `conf`; `numbered_by` names the first
+    action that gave its rows ids under that plan (None: none yet)."""
+
+    cp: int
+    fmt: str
+    paths: list[str]
+    scan: dict
+    conf: ScanConf
+    numbered_by: str | None = None
+
+
+class ScanPlans:
+    """The captured scans of one context and the plan their rows' ids are made with.
+
+    Before each action (`before_action`), every scan the action reads is planned again under
+    the session's settings of that moment, from the files as listed at `lc.read` (Spark lists
+    them once, when the DataFrame is read, and plans the partitions each time it plans a
+    query). The same partitions: nothing changes. Other partitions: a scan no action has
+    numbered yet takes them (its descriptor is journaled after the action, so traces read
+    rows with the plan that made their ids); a scan an earlier action numbered under other
+    partitions raises UnsupportedInput naming the settings, before anything runs: its rows
+    would have two ids in one run, and the capture point one plan. A new capture point for
+    the new plan would keep the job running, but the ids are literals in the Spark plans
+    already built over the source; `lc.read` again gives one."""
+
+    def __init__(self, spark: Any) -> None:
+        self.spark = spark
+        self._lock = threading.Lock()
+        self._scans: dict[int, _Scan] = {}
+
+    def add(self, scan: _Scan) -> None:
+        with self._lock:
+            self._scans[scan.cp] = scan
+
+    def conf_of(self, cp: int) -> ScanConf | None:
+        """The settings the plan of scan `cp` was made under (None: not a scan of here)."""
+        with self._lock:
+            s = self._scans.get(cp)
+            return None if s is None else s.conf
+
+    def read_by(self, frame: Any) -> list[_Scan]:
+        """The captured scans of `frame`'s query whose ids it may record: see `sources_of`."""
+        cps = sources_of(frame)
+        with self._lock:
+            return [self._scans[n] for n in sorted(cps) if n in self._scans]
+
+    def before_action(self, frame: Any, action: str) -> None:
+        """Make each scan `frame` reads carry the plan Spark will read it with now (see the
+        class doc); raises UnsupportedInput, before the action runs, where that cannot be."""
+        scans = self.read_by(frame)
+        if not scans:
+            return
+        conf = scan_conf(self.spark)
+        with self._lock:
+            new: list[tuple[_Scan, dict[str, Any]]] = []
+            refused: list[str] = []
+            for s in scans:
+                if conf == s.conf:
+                    continue
+                plan = partitioned(s.scan, conf)
+                if plan["partitions"] == s.scan["partitions"]:
+                    continue  # other settings, the same partitions (e.g. files far smaller)
+                if s.numbered_by is None:
+                    new.append((s, plan))
+                else:
+                    refused.append(_refusal(s, conf))
+            if refused:
+                raise UnsupportedInput(
+                    f"{action}: " + "; ".join(refused) + ". Spark plans a scan's partitions "
+                    "with the settings of the moment it runs a query, and a row's id is its "
+                    "position in its partition, so its rows would have other ids in the same "
+                    "run: set the settings back for actions over these sources, or read them "
+                    "again with lc.read (a source takes the settings of its first action)"
+                )
+            for s, plan in new:
+                s.scan.update(plan)  # in place: the descriptor and the recipe hold it
+                s.conf = conf
+            for s in scans:
+                if s.numbered_by is None:
+                    s.numbered_by = action
+
+
+def sources_of(frame: Any) -> set[int]:
+    """The source capture points whose ids an action over `frame` may record: those its
+    rows carry, and those of every source its calls read (an anti join's other side, whose
+    ids a failing UDF names as culprits). An `lc.sql` frame counts those its rows carry:
+    its recipe holds every view of the context, read or not."""
+    out: set[int] = set(frame._lin.cps)
+    seen: set[int] = set()
+    todo = [frame]
+    while todo:
+        o = todo.pop()
+        if isinstance(o, list | tuple):
+            todo.extend(o)
+            continue
+        if isinstance(o, dict):
+            todo.extend(o.values())
+            continue
+        if not is_recorded(o) or id(o) in seen:
+            continue
+        seen.add(id(o))
+        recipe = recipe_of(o)
+        if isinstance(recipe, Source):
+            out.add(recipe.cp)
+        elif isinstance(recipe, Call):
+            todo += [recipe.receiver, *recipe.args, *recipe.kwargs.values()]
+        elif isinstance(o, LineageDataFrame):  # lc.sql, or a frame without a recipe
+            out |= o._lin.cps
+    return out
+
+
+def _refusal(s: _Scan, now: ScanConf) -> str:
+    changed = ", ".join(s.conf.changes(now)) or "the default parallelism"
+    return (
+        f"the {s.fmt} source {','.join(s.paths)} (capture point {s.cp}) had its rows "
+        f"numbered by {s.numbered_by} under other scan settings ({changed})"
+    )
+
+
+# Per Plumbing (one per context): its ScanPlans. Weak: nothing here keeps a context alive.
+_PLANS: weakref.WeakKeyDictionary[Any, ScanPlans] = weakref.WeakKeyDictionary()
+_PLANS_LOCK = threading.Lock()
+
+
+def scan_plans(agent: FrameAgent) -> ScanPlans:
+    """`agent`'s ScanPlans, checked before each of its actions from the first scan on."""
+    plumbing = agent.plumbing
+    with _PLANS_LOCK:
+        plans = _PLANS.get(plumbing)
+        if plans is None:
+            plans = _PLANS[plumbing] = ScanPlans(agent.spark)
+            _check_before_actions(plumbing, plans)
+    return plans
+
+
+def _check_before_actions(plumbing: Plumbing, plans: ScanPlans) -> None:
+    """Every action of this context (rows to the driver, writes) runs inside
+    `plumbing.action`: this instance's `action` first brings the plans of the scans the
+    action reads up to date. (Wrapped here, on the instance, because the action path lies
+    outside the scan code; an explicit hook in `Plumbing.action`, as `on_failure` is one,
+    would do the same.) The wrapper holds the plumbing weakly: no reference cycle."""
+    around = type(plumbing).action
+    ref = weakref.ref(plumbing)
+
+    @contextmanager
+    def action(frame: Any, cp: CapturePoint) -> Iterator[None]:
+        owner = ref()
+        assert owner is not None  # called through it
+        plans.before_action(frame, cp.component_id)
+        with around(owner, frame, cp):
+            yield
+
+    plumbing.action = action  # type: ignore[method-assign]

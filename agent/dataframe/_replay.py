@@ -328,15 +328,29 @@ def _filtered(spark: Any, df: Any, column: str, ids: np.ndarray, keep: bool) -> 
 
 
 def _check_scan(agent: FrameAgent, recipe: Source) -> None:
-    """Refuse when the files (or the session's scan settings) changed since the capture:
-    the rows would no longer have the ids they were traced by."""
-    from ._scan import plan_scan
+    """Refuse when the files, or the partitions Spark plans for them under the session's
+    settings now, differ from those the rows' ids were made with (the plan in the descriptor,
+    brought up to date before each action: `_reader.ScanPlans`): the rebuilt query is a new
+    one, which Spark plans again, so its rows would not have the ids they were traced by."""
+    from ._reader import scan_plans
+    from ._scan import plan_scan, scan_conf
 
     assert recipe.scan is not None
     fmt, paths, opts, before = recipe.scan
-    now = plan_scan(agent.spark, fmt, paths, opts)
-    if now["files"] != before["files"] or now["partitions"] != before["partitions"]:
+    conf = scan_conf(agent.spark)
+    now = plan_scan(agent.spark, fmt, paths, opts, conf)
+    source = f"the {fmt} source {','.join(paths)}"
+    if now["files"] != before["files"]:
         raise BadInput(
-            f"replay: the {fmt} source {','.join(paths)} changed since it was captured (its "
-            "files or the scan's partitioning differ), so its rows' ids no longer name them"
+            f"replay: {source} changed since it was captured (its files' sizes or "
+            "modification times differ, or files came or went), so its rows' ids no longer "
+            "name them"
+        )
+    if now["partitions"] != before["partitions"]:
+        made = scan_plans(agent).conf_of(recipe.cp)
+        changed = ", ".join(made.changes(conf)) if made is not None else ""
+        raise BadInput(
+            f"replay: Spark would split {source} into other partitions now than when its "
+            f"rows were numbered ({changed or 'other scan settings'}), so their ids would "
+            "name other rows; set the settings back to replay"
         )
