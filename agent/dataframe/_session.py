@@ -65,12 +65,11 @@ class FrameAgent:
         return scanned(self, fmt, paths, schema, opts)
 
     def create(self, data: Any, schema: Any = None, **kwargs: Any) -> LineageDataFrame:
-        """`createDataFrame`: rows get ids (cp, 0, index) and their values are journaled."""
-        if hasattr(data, "_jrdd") or type(data).__name__ in ("RDD", "DataFrame"):
-            raise UnsupportedOperation(
-                "createDataFrame from an RDD or DataFrame with lineage (use lc.parallelize or "
-                "pass local data)"
-            )
+        """`createDataFrame`: rows get ids (cp, 0, index) and their values are journaled.
+        Local data only (lists, pandas DataFrames, NumPy arrays, Arrow tables...: the driver
+        holds it and numbers its rows, in order); Spark's distributed data has no row order
+        the driver could number."""
+        _refuse_distributed(data)
         df = self.spark.createDataFrame(data, schema, **kwargs)
         if not self.plumbing.capture:
             return LineageDataFrame(self, df, Lineage())
@@ -147,3 +146,32 @@ class FrameAgent:
             frame._df.createTempView(name)
         with self._lock:
             self.views[name.lower()] = frame
+
+
+def _refuse_distributed(data: Any) -> None:
+    """UnsupportedOperation for `createDataFrame` over data Spark holds (an RDD, a Spark or
+    pandas-on-Spark DataFrame), naming it; local data (a pandas DataFrame too) passes."""
+    kind = type(data)
+    module = kind.__module__ or ""
+    if isinstance(data, LineageDataFrame):
+        raise UnsupportedOperation(
+            "createDataFrame from a DataFrame of a LineageContext (it has its rows' lineage "
+            "already: use it as it is)"
+        )
+    if not module.startswith("pyspark"):
+        return  # (a pandas frame answers hasattr with its columns: it is not asked)
+    if kind.__name__ == "RDD" or hasattr(data, "_jrdd"):
+        raise UnsupportedOperation(
+            "createDataFrame from an RDD with lineage (its rows have no lineage: use "
+            "lc.parallelize / lc.textFile and the RDD API, or pass local data)"
+        )
+    if module.startswith("pyspark.pandas"):
+        raise UnsupportedOperation(
+            "createDataFrame from a pandas-on-Spark DataFrame with lineage (its rows have no "
+            "lineage: read its files with lc.read, or pass local data, e.g. its to_pandas())"
+        )
+    if kind.__name__ == "DataFrame":
+        raise UnsupportedOperation(
+            "createDataFrame from a Spark DataFrame with lineage (its rows have no lineage: "
+            "read its files with lc.read, or transform a DataFrame made through the context)"
+        )
