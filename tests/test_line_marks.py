@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from _lines import EOLS, join_lines, line_at, split_starts
 
 from repository.lineage import _scans
 from repository.lineage._linemarks import LineMarks, LineMarkStore, verify_line_marks
@@ -38,7 +39,7 @@ def _corpus(tmp_path, eol: str, seed: int = 1) -> tuple[dict, list[list[str]]]:
             elif r < 0.08:
                 body += [" \t", "#note"]
             body.append(f"  {fi}-{i},i" if i % 9 == 0 else f"{fi}-{i}," + "w" * (i % 23))
-        raw = (eol.join(body) + eol).encode()
+        raw = join_lines(body, eol, seed + fi)
         path = tmp_path / f"f{fi}.csv"
         path.write_bytes(raw)
         st = os.stat(path)
@@ -55,17 +56,12 @@ def _corpus(tmp_path, eol: str, seed: int = 1) -> tuple[dict, list[list[str]]]:
         lines = []
         for fi, start, length in pieces:
             raw = texts[fi]
-            # Hadoop's rule: a piece owns the lines starting after its first newline (at 0
-            # when it starts the file) and at or before its end.
-            pos = 0 if start == 0 else raw.index(b"\n", start) + 1
-            while pos <= start + length and pos < len(raw):
-                nl = raw.index(b"\n", pos)
-                line = raw[pos:nl].decode().removesuffix("\r")
+            for pos in split_starts(raw, start, length):
+                line = line_at(raw, pos)
                 if pos == 0:
                     pass  # the header
                 elif line.strip(" \t\r\n\x0b\x0c") and not line.startswith("#"):
                     lines.append(line)
-                pos = nl + 1
         want.append(lines)
     scan = {
         "format": "csv",
@@ -99,7 +95,7 @@ def _no_scans(monkeypatch) -> None:
     monkeypatch.setattr(_scans, "_partition_lines", refuse)
 
 
-@pytest.mark.parametrize("eol", ["\n", "\r\n"])
+@pytest.mark.parametrize("eol", EOLS)
 def test_rows_from_marks_equal_the_files_lines(tmp_path, monkeypatch, eol):
     monkeypatch.setattr(_scans, "EVERY", 7)
     scan, want = _corpus(tmp_path, eol)
@@ -404,7 +400,7 @@ def _whole_marks(tmp_path, scan: dict, part: int) -> LineMarks:
     return marks
 
 
-@pytest.mark.parametrize("eol", ["\n", "\r\n"])
+@pytest.mark.parametrize("eol", EOLS)
 def test_a_first_trace_stores_marks_of_the_prefix_it_scanned(tmp_path, monkeypatch, eol):
     """An owner's first trace of a partition scans only up to its last row and stores the
     marks of that prefix (not the whole partition's): rows within it are read from them
@@ -441,7 +437,7 @@ def test_a_first_trace_stores_marks_of_the_prefix_it_scanned(tmp_path, monkeypat
         assert got == [want[part][q] for q in inside]
 
 
-@pytest.mark.parametrize("eol", ["\n", "\r\n"])
+@pytest.mark.parametrize("eol", EOLS)
 def test_a_trace_beyond_the_prefix_extends_the_marks(tmp_path, monkeypatch, caplog, eol):
     """A trace past the stored prefix scans on from its last mark (not from the partition's
     start) and stores the longer marks, equal to the whole partition's first ones; a

@@ -1,52 +1,23 @@
 """Line ends as Spark reads them: without `lineSep`, Hadoop's line reader ends a line at
 `\\n`, at `\\r\\n` and at a lone `\\r`, and a split (start, start + length) reads the lines
-that start in (start, start + length] (from 0 for the first split). `line_starts` and
-`split_lines` state that rule; the first test checks it against Spark's own layout, as the
-rule the repository's line reader would follow to trace files with a lone `\\r`, which it
-refuses today (BadInput "bare carriage return": the second test, an expected failure)."""
+that start in (start, start + length] (from 0 for the first split). `_lines` states that
+rule; the first test checks it against Spark's own layout, the
+second that rows of a file with lone `\\r`s trace back to their lines (the repository's line
+reader follows the rule)."""
 
 from __future__ import annotations
 
 import random
 
 import pytest
+from _lines import line_at, line_starts, split_lines
 from pyspark.sql import functions as F
 
 from agent import LineageRDD
-from repository import BadInput
 
 pytestmark = pytest.mark.spark
 
 ENDS = ["\n", "\r\n", "\r", "\r", "\n\r", "\r\r"]
-
-
-def line_starts(data: bytes) -> list[int]:
-    """Where each line starts: 0, and after each `\\n` and each `\\r` not before a `\\n`
-    (a `\\r\\n` ends one line: its `\\n` does); not at the end of the data."""
-    starts = [0] if data else []
-    for i, c in enumerate(data):
-        lone_cr = c == 13 and data[i + 1 : i + 2] != b"\n"
-        if (c == 10 or lone_cr) and i + 1 < len(data):
-            starts.append(i + 1)
-    return starts
-
-
-def line_at(data: bytes, start: int) -> str:
-    """The line starting at `start`, without its terminator."""
-    end = start
-    while end < len(data) and data[end] not in (10, 13):
-        end += 1
-    return data[start:end].decode()
-
-
-def split_lines(data: bytes, start: int, length: int) -> list[str]:
-    """The lines a split reads, in order."""
-    end = start + length
-    return [
-        line_at(data, p)
-        for p in line_starts(data)
-        if (p <= end if start == 0 else start < p <= end)
-    ]
 
 
 @pytest.mark.parametrize("seed", [1, 2])
@@ -84,11 +55,6 @@ def test_spark_ends_lines_at_a_lone_cr(spark, tmp_path, seed):
             assert values == split_lines(data, s, n), (trial, split, s, n)
 
 
-@pytest.mark.xfail(
-    raises=BadInput,
-    strict=True,
-    reason="the repository's line reader refuses a lone \\r (repository/lineage/_scans.py)",
-)
 def test_lone_cr_rows_trace_to_their_lines(lc, spark, tmp_path):
     path = tmp_path / "cr.csv"
     body = "".join(f"{i},n{i}" + ("\rz" if i in (3, 7) else "") + "\n" for i in range(12))

@@ -16,11 +16,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from _lines import EOLS, join_lines, split_lines
 from pyspark.sql import Row
 from pyspark.sql import functions as F
 
 from agent.dataframe._scan import ScanFile, parquet_row_groups, plan_scan
-from repository import BadInput
 from repository.lineage import _scans
 from repository.lineage._scans import ScanRows, SourceChanged
 
@@ -301,7 +301,8 @@ def test_a_changed_parquet_file_is_refused(tmp_path):
 def test_csv_blank_comment_and_header_lines_are_not_rows(tmp_path, blank_lines):
     """CSV pieces with a header, empty and whitespace-only lines (few, and more than are
     looked at one by one), comment lines, lines starting with spaces that hold data, with
-    and without CR: rows at positions are the data lines, in every piece of the split."""
+    and without CR, and with lines ending at a lone CR: rows at positions are the data
+    lines, in every piece of the split."""
     rng = np.random.default_rng(int(blank_lines * 1000))
     data, body = [], ["k,v"]
     for i in range(9000):
@@ -312,9 +313,9 @@ def test_csv_blank_comment_and_header_lines_are_not_rows(tmp_path, blank_lines):
         line = f"  {i},x{i}" if i % 7 == 0 else f"{i},y{'z' * (i % 4)}"
         body.append(line)
         data.append(line)
-    for name, eol in (("lf.csv", "\n"), ("crlf.csv", "\r\n")):
+    for name, eol in zip(("lf.csv", "crlf.csv", "mixed.csv"), EOLS):
         path = tmp_path / name
-        path.write_bytes((eol.join(body) + eol).encode())
+        path.write_bytes(join_lines(body, eol))
         st = os.stat(path)
         step = st.st_size // 3 + 1
         scan = {
@@ -334,22 +335,42 @@ def test_csv_blank_comment_and_header_lines_are_not_rows(tmp_path, blank_lines):
         assert [raw[o : o + n].decode() for _, o, n in spans] == data, name
 
 
-def test_csv_line_with_a_bare_carriage_return_is_refused(tmp_path):
-    """A line ending in a lone "\r" cannot be located by position: refused, not misread."""
-    path = tmp_path / "cr.csv"
-    path.write_bytes(b"k,v\n1,a\n2,b\r3,c\n4,d\n")
+@pytest.mark.parametrize("fmt", ["csv", "text"])
+def test_a_lone_carriage_return_ends_a_line_as_in_spark(tmp_path, fmt):
+    """A "\r" not followed by "\n" ends a line (Hadoop's line reader, Spark's without
+    `lineSep`), also in a piece's first line and at a piece's end, and a "\r\n" split
+    between two pieces is one terminator: every split of the file gives `_lines`' rows (CSV:
+    no header, no blank lines; text: every line, empty ones too)."""
+    raw = b"k,v\n1,a\n2,b\r3,c\r\n4,d\r\r5,e\n\r6,f\r\n\r\n7,g\r"
+    path = tmp_path / "cr.txt"
+    path.write_bytes(raw)
     st = os.stat(path)
-    scan = {
-        "format": "csv",
-        "files": [[str(path), st.st_size, st.st_mtime_ns]],
-        "partitions": [[[0, 0, st.st_size]]],
-        "options": {"header": True},
-    }
-    with pytest.raises(BadInput, match="bare carriage return"):
-        ScanRows().data(("run", 1), scan, 0, np.array([0]))
+    csv = fmt == "csv"
+
+    def rows_of(a: int, n: int) -> list[str]:
+        lines = split_lines(raw, a, n)[1 if csv and a == 0 else 0 :]  # the header
+        return [x for x in lines if x or not csv]
+
+    want = ["1,a", "2,b", "3,c", "4,d", "", "5,e", "", "6,f", "", "7,g"]
+    assert rows_of(0, len(raw)) == ([x for x in want if x] if csv else ["k,v", *want])
+    for step in range(1, len(raw) + 1):
+        scan = {
+            "format": fmt,
+            "files": [[str(path), st.st_size, st.st_mtime_ns]],
+            "partitions": [[[0, a, min(step, len(raw) - a)]] for a in range(0, len(raw), step)],
+            "options": {"header": True} if csv else {},
+        }
+        rows = ScanRows()
+        got = []
+        for part, (_, a, n) in enumerate(p[0] for p in scan["partitions"]):
+            count = rows.count(("run", 1), scan, part)
+            mine = rows_of(a, n)
+            assert rows.data(("run", 1), scan, part, np.arange(count)) == mine, (step, part)
+            got += mine
+        assert got == rows_of(0, len(raw)), step
 
 
-@pytest.mark.parametrize("eol", ["\n", "\r\n"])
+@pytest.mark.parametrize("eol", EOLS)
 def test_csv_rows_found_scanning_only_the_lines_before_them(tmp_path, monkeypatch, eol):
     """A row is found by scanning a partition's lines up to it only (in steps, made tiny
     here): early rows first, then rows further on, on one cache, give the data lines, across
@@ -367,7 +388,7 @@ def test_csv_rows_found_scanning_only_the_lines_before_them(tmp_path, monkeypatc
             body.append(line)
             data.append(line)
         path = tmp_path / f"{fi}.csv"
-        path.write_bytes((eol.join(body) + eol).encode())
+        path.write_bytes(join_lines(body, eol, fi))
         st = os.stat(path)
         files.append([str(path), st.st_size, st.st_mtime_ns])
         pieces.append([fi, 0, st.st_size])

@@ -7,9 +7,9 @@ descriptor holds the scan's plan instead (files with sizes and mtimes, each part
 (file, start, length) pieces, the reader's line rules), and this module turns a position back
 into its line (CSV, JSON lines, text: byte offsets, as for `textFile`) or its Parquet row:
 
-- A piece owns the lines that start after its first newline (at its start when it starts the
-  file) and at or before its end: Hadoop's LineRecordReader rule, which Spark's line readers
-  use.
+- A piece owns the lines that start after its first line break (at its start when it starts
+  the file) and at or before its end: Hadoop's LineRecordReader rule, which Spark's line
+  readers use. Without `lineSep` a line breaks at "\n", "\r\n" or a lone "\r".
 - CSV drops blank lines (every byte <= 0x20, Java's `trim`), comment lines when a comment
   character is set, and the header (the first line left) in each file's first piece. JSON
   lines drop whitespace-only lines and refuse a line holding a top-level array (it would give
@@ -732,8 +732,10 @@ def _check_line_start(scan: dict, piece: list, offset: int) -> None:
     if offset > 0:
         path = scan["files"][fi][0]
         with open(path, "rb") as f:
-            if os.pread(f.fileno(), 1, offset - 1) != b"\n":
-                raise _MarksWrong(f"offset {offset} of {path} is not a line start")
+            around = os.pread(f.fileno(), 2, offset - 1)
+        # After a "\n", or a lone "\r" (not the "\r" of a "\r\n").
+        if not (around[:1] == b"\n" or (around[:1] == b"\r" and around[1:2] != b"\n")):
+            raise _MarksWrong(f"offset {offset} of {path} is not a line start")
 
 
 def _file_change(scan: dict, fi: int) -> str | None:
@@ -812,37 +814,36 @@ def _piece_lines(
         if begin_at is not None:
             begin = begin_at
         elif start > 0:
-            nl = mm.find(b"\n", start)
-            if nl < 0:
+            brk = _first_break(mm, start, size)
+            if brk < 0:
                 return empty, empty, None
-            begin = nl + 1
+            begin = brk + 1
         else:
             begin = 0
         if begin > end or begin >= size:
             return empty, empty, None
-        # Newlines from `begin` through the one ending the last line that starts <= end.
-        stop = mm.find(b"\n", end) if end < size else -1
-        stop = size if stop < 0 else stop + 1
+        # Breaks from `begin` through the one ending the last line that starts <= end.
+        brk = _first_break(mm, end, size) if end < size else -1
+        stop = size if brk < 0 else brk + 1
+        # memchr finds a piece without any "\r" (the usual case) far faster than numpy
+        # compares every byte: the lone "\r" breaks and the "\r\n" ends are then skipped.
+        any_cr = mm.find(b"\r", begin, stop) >= 0
         buf = np.frombuffer(mm, dtype=np.uint8, count=stop - begin, offset=begin)
         # A rare row needs the lines up to it only: then the piece is scanned in smaller
         # steps, stopping at the step that holds enough lines.
         step = _CHUNK if max_lines is None else step or _STEP
-        nls: list[np.ndarray] = []
+        breaks: list[np.ndarray] = []
         found, whole = 0, True
         try:
             for i in range(0, len(buf), step):
-                nls.append(np.flatnonzero(buf[i : i + step] == 0x0A) + i)
-                found += len(nls[-1])
+                breaks.append(_breaks(buf, i, i + step, any_cr))
+                found += len(breaks[-1])
                 if max_lines is not None and found >= max_lines and i + step < len(buf):
                     whole = False
                     break
-            nl_pos = np.concatenate(nls) + begin if nls else empty
-            if not whole:  # complete lines only: up to the last newline found
+            nl_pos = np.concatenate(breaks) + begin if breaks else empty
+            if not whole:  # complete lines only: up to the last break found
                 stop = int(nl_pos[-1]) + 1
-            # memchr finds a piece without any "\r" (the usual case) far faster than numpy
-            # compares every byte: the CR checks below are then skipped.
-            any_cr = mm.find(b"\r", begin, stop) >= 0
-            has_cr = any_cr and stop > begin and _has_bare_cr(buf[: stop - begin])
         finally:
             del buf
     if whole:
@@ -853,28 +854,37 @@ def _piece_lines(
         line_ends = nl_pos
     keep = (line_starts <= end) & (line_starts < size)
     line_starts, line_ends = line_starts[keep], line_ends[keep]
-    if has_cr:
-        raise _bare_cr(path)
     more = None if whole else stop
     if not any_cr:
         return line_starts.astype(np.int64), line_ends.astype(np.int64), more
     return line_starts.astype(np.int64), _strip_cr(path, line_starts, line_ends), more
 
 
-def _has_bare_cr(buf: np.ndarray) -> bool:
-    cr = np.flatnonzero(buf == 0x0D)
-    if not len(cr):
-        return False
+def _first_break(mm: mmap.mmap, pos: int, size: int) -> int:
+    """The first line break at or after `pos`, as Hadoop's line reader (Spark's, without
+    `lineSep`) breaks lines: a "\n", or a "\r" not followed by one ("\r\n" breaks at
+    its "\n"); -1 if there is none. Two memchr calls, the second bounded by the first."""
+    nl = mm.find(b"\n", pos)
+    cr = mm.find(b"\r", pos, size if nl < 0 else nl)
+    return cr if cr >= 0 and cr + 1 != nl else nl
+
+
+def _breaks(buf: np.ndarray, lo: int, hi: int, any_cr: bool) -> np.ndarray:
+    """Indexes in `buf[lo:hi]` (relative to `buf`) of its line breaks (see `_first_break`);
+    `buf` ends after a break or at the end of the file, so a "\r" as its last byte is
+    lone."""
+    part = buf[lo:hi]
+    nl = np.flatnonzero(part == 0x0A) + lo
+    if not any_cr:
+        return nl
+    cr = np.flatnonzero(part == 0x0D) + lo
     nxt = cr + 1
     inside = nxt < len(buf)
-    return bool((buf[nxt[inside]] != 0x0A).any())
-
-
-def _bare_cr(path: str) -> BadInput:
-    return BadInput(
-        f"{path}: a line ends with a bare carriage return; such lines cannot be located by "
-        "position (only \\n and \\r\\n terminators are supported)"
-    )
+    lone = np.ones(len(cr), dtype=bool)
+    lone[inside] = buf[nxt[inside]] != 0x0A
+    if not lone.any():
+        return nl
+    return np.sort(np.concatenate((nl, cr[lone])))
 
 
 def _strip_cr(path: str, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
