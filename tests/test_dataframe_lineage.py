@@ -5,6 +5,8 @@ on it, and the rows equal vanilla PySpark's."""
 
 from __future__ import annotations
 
+import json
+
 import _dfref as R
 import pytest
 from _dfcheck import Data, check, make_data, tables
@@ -479,6 +481,116 @@ def test_explode_posexplode(lc, spark, data):
         return R.where(e, lambda r: r["tag"] != "b")
 
     check(lc, spark, data, build, ref, ["okey", "pos", "tag"])
+
+
+def _json(row: dict) -> str:
+    """`to_json` of a struct of these values (Spark's compact spelling, nulls left out)."""
+    return json.dumps({k: v for k, v in row.items() if v is not None}, separators=(",", ":"))
+
+
+def test_stars_inside_expressions_expand_the_visible_columns(lc, spark, data):
+    """A star inside an expression (`struct(*)`, `to_json`, `hash` / `xxhash64` of `*`, in
+    select, selectExpr, withColumn and a where string, under an operator) expands over the
+    visible columns, as in vanilla, not over the hidden lineage columns (their values
+    differed: hashes, JSON with `__prov_` fields)."""
+
+    def build(t):
+        c = t["customers"].where("ckey < 9")
+        return (
+            c.select(
+                "ckey",
+                F.to_json(F.struct("*")).alias("j"),
+                (F.xxhash64("*") % 1000).alias("x"),
+                F.struct("*")["name"].alias("nm"),
+            )
+            .selectExpr("*", "hash(*) AS h")
+            .withColumn("w", F.to_json(F.struct("*")))
+            .where("hash(*) % 3 != 0")
+        )
+
+    vanilla = {r.ckey: r for r in build(tables(spark.read, data)).collect()}
+
+    def ref(T):
+        kept = R.where(T["customers"], lambda r: r["ckey"] in vanilla)
+
+        def row(r):
+            v = vanilla[r["ckey"]]
+            out = {"ckey": r["ckey"], "j": _json(r), "x": v.x, "nm": r["name"]}
+            return {**out, "h": v.h, "w": _json(out | {"h": v.h})}
+
+        return R.select(kept, row)
+
+    check(lc, spark, data, build, ref, ["ckey", "j", "x", "nm", "h", "w"])
+
+
+def test_stars_inside_aggregates_and_a_join_side(lc, spark, data):
+    """Stars in aggregates (`count_distinct("*")`, which PySpark prints as `count(*)`,
+    `collect_list(struct(*))`) and a join side's `t.*` inside an expression see the
+    visible columns only; `count("*")` stays a row count."""
+
+    def build(t):
+        o = t["orders"].where("okey < 30").select("ckey", "status")
+        c = t["customers"].alias("c")
+        return (
+            o.join(c, "ckey")
+            .select("status", F.to_json(F.struct("c.*")).alias("cj"), "nation")
+            .groupBy("status")
+            .agg(
+                F.count_distinct("*").alias("d"),
+                F.count("*").alias("n"),
+                F.collect_list(F.to_json(F.struct("*"))).alias("l"),
+            )
+        )
+
+    def ref(T):
+        o = R.select(
+            R.where(T["orders"], lambda r: r["okey"] < 30),
+            lambda r: {"ckey": r["ckey"], "status": r["status"]},
+        )
+        j = R.select(
+            R.join(o, T["customers"], lambda a, b: a["ckey"] == b["ckey"]),
+            lambda r: {
+                "status": r["status"],
+                "cj": _json({k: r[k] for k in ("ckey", "name", "nation")}),
+                "nation": r["nation"],
+            },
+        )
+        return R.group(
+            j,
+            lambda r: (r["status"],),
+            lambda k, rs: {
+                "status": k[0],
+                "d": len({tuple(r.values()) for r in rs}),
+                "n": len(rs),
+                "l": [_json(r) for r in rs],
+            },
+        )
+
+    check(lc, spark, data, build, ref, ["status", "d", "n", "l"])
+
+
+def test_stars_that_cannot_be_spelled_out_raise(lc, spark, data):
+    """A star inside an expression that cannot be rewritten as the visible columns (a
+    Python UDF's argument, a join with repeated names) raises UnsupportedOperation; one
+    vanilla refuses (in orderBy) raises vanilla's error."""
+    from pyspark.errors import AnalysisException
+
+    from agent import UnsupportedOperation
+
+    t = tables(lc.read, data)
+    o, i = t["orders"], t["items"]
+    row_of = F.udf(lambda r: r.okey, "int")
+    for call in (
+        lambda: o.select(row_of(F.struct("*"))),
+        lambda: o.join(i, "okey").select(F.to_json(F.struct(o["*"]))),
+        lambda: o.join(i, o.okey == i.okey).select(F.to_json(F.struct("*"))),
+    ):
+        with pytest.raises(UnsupportedOperation, match="star inside an expression"):
+            call()
+    with pytest.raises(AnalysisException):
+        tables(spark.read, data)["orders"].orderBy(F.hash("*")).collect()
+    with pytest.raises(AnalysisException):
+        o.orderBy(F.hash("*")).collect()
 
 
 def test_unsupported_operations_raise(lc, data):

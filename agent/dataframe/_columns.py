@@ -15,6 +15,7 @@ The driver unions a row's longs and arrays into its parents when an action retur
 from __future__ import annotations
 
 import itertools
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -270,3 +271,188 @@ def csr(n: int, rows_idx: list[np.ndarray], ids: list[np.ndarray]) -> tuple[np.n
         r, v = r[keep], v[keep]
     counts = np.bincount(r, minlength=n).astype(np.int64)
     return counts, v
+
+
+# -- stars inside expressions -----------------------------------------------------------------
+# Spark expands a star inside an expression (`struct(*)`, `hash(*)`, `count(DISTINCT *)`,
+# `t.*` as a call's argument) over every column of the operator's input, hidden ones too: no
+# Spark mechanism keeps an output column from a star (metadata columns and the hidden keys of
+# a USING join are not in the output). The operators find such stars in a column's text and
+# spell them out as the visible columns (`_frame`).
+
+
+@dataclass(frozen=True)
+class Star:
+    """A star in a column's text: `text[start:end]`; `target` the qualifier or struct it
+    expands (`t` of `t.*`), None for every column; `kind` "star", "count" (`count(*)`, which
+    Spark counts rows with, expanding nothing, unless it is a distinct count: PySpark prints
+    `count_distinct("*")` the same) or "opaque" (a star bound to a DataFrame, `df["*"]`, or
+    inside a node printed in Java's form, e.g. a Python UDF's argument: not rewritable)."""
+
+    start: int
+    end: int
+    target: str | None
+    kind: str
+
+
+def code_mask(text: str) -> list[bool]:
+    """For each character of `text` (a column's text or Spark SQL), whether it is code: not
+    inside a quoted string or identifier, nor a comment."""
+    n = len(text)
+    mask = [True] * n
+    i = 0
+    while i < n:
+        ch = text[i]
+        if ch in "'\"`":
+            j = i + 1
+            while j < n:
+                if text[j] == "\\" and ch != "`":
+                    j += 2
+                    continue
+                if text[j] == ch:
+                    if ch == "`" and text.startswith("``", j):
+                        j += 2
+                        continue
+                    break
+                j += 1
+            end = min(j + 1, n)
+        elif text.startswith("/*", i):
+            j = text.find("*/", i + 2)
+            end = n if j < 0 else j + 2
+        elif text.startswith("--", i):
+            j = text.find("\n", i)
+            end = n if j < 0 else j
+        else:
+            i += 1
+            continue
+        mask[i:end] = [False] * (end - i)
+        i = end
+    return mask
+
+
+_NODE = re.compile(r"(?i)\b(un)?resolvedstar\(")
+_TARGET = re.compile(r"((?:`(?:[^`]|``)*`|[A-Za-z_0-9]+)(?:\.(?:`(?:[^`]|``)*`|[A-Za-z_0-9]+))*)$")
+
+
+def _next_code(text: str, i: int) -> str:
+    while i < len(text) and text[i].isspace():
+        i += 1
+    return text[i] if i < len(text) else ""
+
+
+def _prev_code(text: str, i: int) -> int:
+    """Index of the last non-space character before `i` (-1: none)."""
+    i -= 1
+    while i >= 0 and text[i].isspace():
+        i -= 1
+    return i
+
+
+def _counted(text: str, start: int, end: int) -> bool:
+    """Whether `text[start:end]` is the sole argument of a `count(...)` call."""
+    p = _prev_code(text, start)
+    return (
+        p >= 0
+        and text[p] == "("
+        and re.search(r"(?i)(?<![\w.])count\s*$", text[:p]) is not None
+        and _next_code(text, end) == ")"
+    )
+
+
+def stars_in(text: str) -> list[Star]:
+    """The stars in a column's text or a SQL expression, outside quotes and comments: a `*`
+    in an argument's place (after `(`, `,`, `DISTINCT`, `BY`, a qualifier's `.`; before `)`,
+    `,` or the end; not multiplication, nor PySpark's prefix `*(a, b)`), PySpark's
+    `t.*.*` spelling of `F.col("t.*")`, and Spark Connect's `unresolvedstar(...)`."""
+    mask = code_mask(text)
+    out: list[Star] = []
+    for m in _NODE.finditer(text):
+        if not mask[m.start()]:
+            continue
+        open_ = m.end() - 1
+        close = text.find(")", open_)
+        close = len(text) if close < 0 else close + 1
+        inner = text[open_ + 1 : close - 1].strip()
+        if m.group(0) == "unresolvedstar(" and (inner == "" or inner.endswith(".*")):
+            target = inner[:-2] or None if inner else None
+            kind = "count" if target is None and _counted(text, m.start(), close) else "star"
+            out.append(Star(m.start(), close, target, kind))
+        else:
+            out.append(Star(m.start(), close, None, "opaque"))
+    taken = [(s.start, s.end) for s in out]
+    i = 0
+    while i < len(text):
+        if text[i] != "*" or not mask[i] or any(a <= i < b for a, b in taken):
+            i += 1
+            continue
+        end = i + 1
+        if text.startswith(".*", end):  # PySpark prints F.col("t.*") as `t.*.*`
+            end += 2
+        if _next_code(text, end) not in (")", ",", ""):
+            i = end
+            continue
+        p = _prev_code(text, i)
+        start, target = i, None
+        if p >= 0 and text[p] == ".":
+            qualifier = _TARGET.search(text[:p])
+            if qualifier is None:
+                i = end
+                continue
+            start, target = qualifier.start(), qualifier.group(1)
+        elif not (
+            p < 0
+            or text[p] in "(,"
+            or re.search(r"(?i)(?<![\w.])(distinct|all|by)$", text[: p + 1]) is not None
+        ):
+            i = end
+            continue
+        kind = "count" if target is None and _counted(text, start, end) else "star"
+        out.append(Star(start, end, target, kind))
+        i = end
+    return sorted(out, key=lambda s: s.start)
+
+
+def expand_stars(text: str, stars: list[Star], expansion: Any) -> str:
+    """`text` with each star of `stars` replaced by `expansion(star)` (SQL text, or None to
+    keep the star)."""
+    out = []
+    last = 0
+    for s in stars:
+        spelled = expansion(s)
+        if spelled is None:
+            continue
+        out += [text[last : s.start], spelled]
+        last = s.end
+    return "".join(out) + text[last:]
+
+
+# PySpark prints a Column's operators as prefix calls (`%(hash(*), 10)`, `and(a, b)`,
+# `!(=(a, 1))`); SQL spells them infix.
+_PREFIX = re.compile(r"(?<![\w)\]`'\"])(<=>|<=|>=|!=|=|<|>|\+|-|\*|/|%|&|\||\^|!|and|or|in)\(")
+
+
+def infix(text: str) -> str:
+    """`text` with PySpark's prefix operator calls spelled as SQL (a best effort: the caller
+    checks what Spark makes of the result)."""
+    from ._windows import _balanced, _split_top
+
+    for _ in range(10_000):
+        mask = code_mask(text)
+        found = [m for m in _PREFIX.finditer(text) if mask[m.start()]]
+        if not found:
+            return text
+        m = found[-1]
+        open_ = m.end() - 1
+        close = _balanced(text, open_)
+        args = _split_top(text[open_ + 1 : close - 1])
+        op = m.group(1)
+        if op == "!" and len(args) == 1:
+            new = f"(NOT {args[0]})"
+        elif op == "in" and args:
+            new = f"({args[0]} IN ({', '.join(args[1:])}))"
+        elif len(args) == 2 and op != "!":
+            new = f"({args[0]} {op.upper()} {args[1]})"
+        else:
+            return text
+        text = text[: m.start()] + new + text[close:]
+    return text

@@ -8,7 +8,9 @@ silently losing lineage.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import re
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import Column
@@ -16,7 +18,19 @@ from pyspark.sql import functions as F
 
 from .._rdd import UnsupportedOperation
 from . import _windows
-from ._columns import Lineage, collected, fresh, is_hidden, null_of
+from ._columns import (
+    Lineage,
+    Star,
+    code_mask,
+    collected,
+    expand_stars,
+    fresh,
+    infix,
+    is_hidden,
+    null_of,
+    sql_name,
+    stars_in,
+)
 from ._recipe import Call, recipe_of, recorded
 from ._udf import CURRENT, uses_current, vanilla_named
 
@@ -70,6 +84,56 @@ def _star(col: Any) -> bool:
         return False
     text = _windows.column_text(col)
     return text == "*" or text.endswith(".*") or "resolvedstar(" in text
+
+
+def _top_alias(text: str) -> tuple[str, str] | None:
+    """(expression, alias) of a column's text `<expression> AS <alias>` (PySpark's spelling
+    of an aliased Column: the alias unquoted), or None."""
+    mask = code_mask(text)
+    depths = _windows._depths(text)
+    cut = -1
+    for i in range(len(text) - 4):
+        if text[i : i + 4].upper() == " AS " and mask[i + 1] and depths[i] == 0:
+            cut = i
+    return None if cut < 0 else (text[:cut], text[cut + 4 :])
+
+
+def _selected(df: Any, cols: list) -> Any:
+    """A column's context in `select`, `withColumn(s)` and `filter` (see `_unstarred`)."""
+    return df.select(*cols)
+
+
+@contextmanager
+def _quiet() -> Iterator[None]:
+    """PySpark logs every AnalysisException with a query context at ERROR as it is made:
+    not those of the spellings `_spelled_out` tries."""
+    from pyspark.logger import PySparkLogger  # (made as PySpark makes them, or its calls fail)
+
+    names = ("SQLQueryContextLogger", "DataFrameQueryContextLogger")
+    loggers = [PySparkLogger.getLogger(n) for n in names]
+    before = [lg.disabled for lg in loggers]
+    for lg in loggers:
+        lg.disabled = True
+    try:
+        yield
+    finally:
+        for lg, was in zip(loggers, before):
+            lg.disabled = was
+
+
+def _sorted(df: Any, cols: list) -> Any:
+    return df.orderBy(*cols)
+
+
+def _keyed(df: Any, cols: list) -> Any:
+    return df.groupBy(*cols).count()
+
+
+def _mentions(name: str, hidden: tuple[str, ...]) -> bool:
+    return any(re.search(rf"(?<!\w){re.escape(h)}(?!\w)", name) for h in hidden)
+
+
+_CONNECT = "pyspark.sql.connect"
 
 
 def _flat(cols: tuple) -> list:
@@ -219,6 +283,131 @@ class LineageDataFrame:
             return self._df
         return self._df.drop(*[c for c in self._all_columns if is_hidden(c)])
 
+    # -- stars inside expressions ------------------------------------------------------------
+
+    def _unstarred(
+        self,
+        cols: Sequence,
+        what: str,
+        context: Callable[[Any, list], Any] | None = None,
+        sql: bool = False,
+        rewrite: bool = True,
+    ) -> list:
+        """`cols` with each star inside an expression (`F.struct("*")`, `hash(*)`, `t.*` as
+        an argument, `count(DISTINCT *)`) spelled out as the columns it expands to in
+        vanilla PySpark, which has no hidden ones: Spark would expand it over the hidden
+        columns too. `context(df, columns)` is the operator over `df` (`df.select(*columns)`):
+        the rewritten column must mean there, over the visible columns, exactly what the
+        column means (Spark's `sameSemantics`, names and types), else `UnsupportedOperation`;
+        not `rewrite`: any such star raises (vanilla's error first, when the operator fails
+        over the visible columns); without a context it just raises. A top-level star
+        (`select("*")`) is the operator's. `sql`: strings are SQL expressions (a
+        condition), else column names."""
+        if not self._lin:
+            return list(cols)
+        out = list(cols)
+        counts: list[tuple[int, str, list[Star]]] = []
+        for i, c in enumerate(cols):
+            if not (isinstance(c, Column) or (sql and isinstance(c, str))):
+                continue
+            text = _windows.column_text(c)
+            if "*" not in text and "star(" not in text.lower():
+                continue
+            stars = stars_in(text)
+            if not stars or (len(stars) == 1 and (stars[0].start, stars[0].end) == (0, len(text))):
+                continue
+            refused = any(s.kind == "opaque" for s in stars) or uses_current((text,))
+            if refused or context is None:
+                raise self._star_refused(what, text)
+            if not rewrite:
+                column = F.expr(c) if isinstance(c, str) else c
+                context(self._visible_df(), [column])  # vanilla's error, if any
+                raise self._star_refused(what, text)
+            if all(s.kind == "count" for s in stars):
+                # `count(*)` counts rows, unless it is classic PySpark's
+                # `count_distinct("*")`, which prints the same (SQL text and Spark Connect
+                # spell DISTINCT): asked of Spark below.
+                if not isinstance(c, str) and not type(c).__module__.startswith(_CONNECT):
+                    counts.append((i, text, stars))
+                continue
+            out[i] = self._spelled_out(c, text, stars, what, context)
+        if counts and context is not None:
+            for k in self._distinct_counts([out[i] for i, _, _ in counts], what, context):
+                i, text, stars = counts[k]
+                out[i] = self._spelled_out(out[i], text, stars, what, context, distinct=True)
+        return out
+
+    def _star_refused(self, what: str, text: str) -> UnsupportedOperation:
+        return UnsupportedOperation(
+            f"a star inside an expression ({text}) in {what} with lineage capture: the "
+            "captured DataFrame's hidden lineage columns would be expanded too; list the "
+            "columns instead (e.g. F.struct(*df.columns))"
+        )
+
+    def _spelled_out(
+        self,
+        col: Any,
+        text: str,
+        stars: list[Star],
+        what: str,
+        context: Callable,
+        distinct: bool = False,
+    ) -> Column:
+        """`col` (its text `text`) with `stars` spelled out as the visible columns (see
+        `_unstarred`); `distinct`: `count(*)` is a distinct count."""
+        visible = self._visible_df()
+        # What the column means over the visible columns (vanilla's meaning; its error, if
+        # it has one, is vanilla's too).
+        ref = context(visible, [F.expr(col) if isinstance(col, str) else col])
+        every = ", ".join(sql_name(n) for n in self.columns)
+
+        def spelled(s: Star) -> str | None:
+            if s.kind == "count":
+                return f"DISTINCT {every}" if distinct else None
+            if s.target is None:
+                return every
+            names = list(self._df.select(F.col(f"{s.target}.*")).columns)
+            if not any(is_hidden(n) for n in names):
+                return None  # a struct's fields, or a side of a join without ids
+            return ", ".join(f"{s.target}.{sql_name(n)}" for n in names if not is_hidden(n))
+
+        expanded = expand_stars(text, stars, spelled)
+        name = ref.columns[-1]
+        candidates: list[tuple[str, str | None]] = [(expanded, None), (infix(expanded), None)]
+        aliased = _top_alias(expanded)
+        if aliased is not None:
+            candidates += [(aliased[0], name), (infix(aliased[0]), name)]
+        with _quiet():
+            for sql_text, alias in dict.fromkeys(candidates):
+                try:
+                    got_col = F.expr(sql_text)
+                    if alias is not None:
+                        got_col = got_col.alias(alias)
+                    got = context(visible, [got_col])
+                    if (
+                        got.columns == ref.columns
+                        and got.schema == ref.schema
+                        and ref.sameSemantics(got)
+                    ):
+                        return got_col
+                except Exception:  # not SQL that means the same: the next spelling, or refused
+                    continue
+        raise self._star_refused(what, text)
+
+    def _distinct_counts(self, cols: list, what: str, context: Callable) -> list[int]:
+        """Which of `cols`, whose only stars are `count(*)`, expand them over the hidden
+        columns (distinct counts): Spark's name for such a column inside an array (where an
+        alias does not replace it) then names them."""
+        try:
+            with _quiet():
+                probe = context(self._df, [F.array(c) for c in cols])
+            names = list(probe.columns)[-len(cols) :]
+        except Exception:
+            # Vanilla's error when the columns are wrong there; else not known: refused.
+            context(self._visible_df(), cols)
+            raise self._star_refused(what, ", ".join(map(_windows.column_text, cols))) from None
+        return [i for i, name in enumerate(names) if _mentions(name, self._lin.names)]
+
     # -- schema ------------------------------------------------------------------------------
 
     @property
@@ -274,7 +463,7 @@ class LineageDataFrame:
     # -- row-preserving ----------------------------------------------------------------------
 
     def select(self, *cols: Any) -> LineageDataFrame:
-        cols = tuple(_flat(cols))
+        cols = tuple(self._unstarred(_flat(cols), "select", _selected))
         src = self._src(*cols)
         if not self._lin:
             return self._new(src.select(*cols))
@@ -326,7 +515,8 @@ class LineageDataFrame:
         if not self._lin:
             return self._new(self._df.withColumns(mapping))
         names = list(mapping)
-        cols, extra = _windows.with_frames(self, tuple(mapping[n] for n in names))
+        values = self._unstarred([mapping[n] for n in names], "withColumns", _selected)
+        cols, extra = _windows.with_frames(self, tuple(values))
         src = self._src(*cols)
         out = src.withColumns({**dict(zip(names, cols)), **{e.name: e.column for e in extra}})
         if src is not self._df:
@@ -368,6 +558,7 @@ class LineageDataFrame:
         return self._same_columns(self._df.alias(alias))
 
     def filter(self, condition: Any) -> LineageDataFrame:
+        (condition,) = self._unstarred([condition], "filter", _selected, sql=True)
         if self._lazy is not None and not uses_current((condition,)):
             from ._lazyagg import filtered
 
@@ -383,7 +574,9 @@ class LineageDataFrame:
     where = filter
 
     def orderBy(self, *cols: Any, **kwargs: Any) -> LineageDataFrame:
-        order = self._ordinals(_flat(cols), sort=True)
+        order = self._ordinals(
+            self._unstarred(_flat(cols), "orderBy", _sorted, rewrite=False), sort=True
+        )
         src = self._src(*order)
 
         def ordered() -> Any:
@@ -408,7 +601,9 @@ class LineageDataFrame:
     sort = orderBy
 
     def sortWithinPartitions(self, *cols: Any, **kwargs: Any) -> LineageDataFrame:
-        order = self._ordinals(_flat(cols), sort=True)
+        order = self._ordinals(
+            self._unstarred(_flat(cols), "sortWithinPartitions", _sorted, rewrite=False), sort=True
+        )
         return self._same_columns(self._df.sortWithinPartitions(*order, **kwargs))
 
     def _ordinals(self, cols: list, sort: bool = False) -> list:
@@ -534,6 +729,9 @@ class LineageDataFrame:
 
     def join(self, other: Any, on: Any = None, how: str | None = None) -> LineageDataFrame:
         other = self._agent.frame_of(other, "join")
+        if isinstance(on, Column) or (isinstance(on, list | tuple) and on):
+            conditions = [on] if isinstance(on, Column) else list(on)
+            (self if self._lin else other)._unstarred(conditions, "a join condition")
         kind = _JOIN_HOWS.get((how or "inner").lower().replace(" ", ""))
         if kind is None:
             return self._new(self._df.join(other._df, on, how))  # PySpark's own error
@@ -630,19 +828,25 @@ class LineageDataFrame:
     # -- aggregation -------------------------------------------------------------------------
 
     def groupBy(self, *cols: Any) -> LineageGroupedData:
-        return LineageGroupedData(self, "groupBy", self._ordinals(_flat(cols)))
+        keys = self._unstarred(_flat(cols), "groupBy", _keyed, rewrite=False)
+        return LineageGroupedData(self, "groupBy", self._ordinals(keys))
 
     groupby = groupBy
 
     def rollup(self, *cols: Any) -> LineageGroupedData:
-        return LineageGroupedData(self, "rollup", self._ordinals(_flat(cols)))
+        keys = self._unstarred(_flat(cols), "rollup", _keyed, rewrite=False)
+        return LineageGroupedData(self, "rollup", self._ordinals(keys))
 
     def cube(self, *cols: Any) -> LineageGroupedData:
-        return LineageGroupedData(self, "cube", self._ordinals(_flat(cols)))
+        keys = self._unstarred(_flat(cols), "cube", _keyed, rewrite=False)
+        return LineageGroupedData(self, "cube", self._ordinals(keys))
 
     def groupingSets(self, groupingSets: Any, *cols: Any) -> LineageGroupedData:
-        sets = [list(s) for s in groupingSets]
-        return LineageGroupedData(self, "groupingSets", self._ordinals(_flat(cols)), sets)
+        sets = [
+            self._unstarred(list(s), "groupingSets", _keyed, rewrite=False) for s in groupingSets
+        ]
+        keys = self._unstarred(_flat(cols), "groupingSets", _keyed, rewrite=False)
+        return LineageGroupedData(self, "groupingSets", self._ordinals(keys), sets)
 
     def agg(self, *exprs: Any) -> LineageDataFrame:
         return self.groupBy().agg(*exprs)
@@ -810,6 +1014,10 @@ class LineageGroupedData:
         vals = pivot_values(frame, pivot_col, values)
         return LineageGroupedData(frame, self._kind, self._cols, pivot=(pivot_col, vals))
 
+    def _aggregated(self, df: Any, exprs: list) -> Any:
+        """An aggregate expression's context (see `LineageDataFrame._unstarred`)."""
+        return self._grouped(df).agg(*exprs)
+
     def _grouped(self, df: Any) -> Any:
         lead = [] if self._sets is None else [self._sets]
         return getattr(df, self._kind)(*lead, *self._cols)
@@ -821,7 +1029,7 @@ class LineageGroupedData:
                 F.expr(f"{fn}({'*' if c == '*' else '`' + c.replace('`', '``') + '`'})")
                 for c, fn in exprs[0].items()
             )
-        exprs = tuple(_flat(exprs))
+        exprs = tuple(frame._unstarred(_flat(exprs), "agg", self._aggregated))
         if self._pivot is not None:
             if not frame._lin:
                 return frame._new(self._vanilla.agg(*exprs))
