@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import math
 
 import _dfref as R
@@ -166,6 +167,53 @@ def test_sql_over_a_view_of_the_survivors(lc, spark, data):
         return R.select(big, lambda r: {"okey": r["okey"], "q2": r["q"] * 2})
 
     check(lc, spark, data, build, ref, ["okey", "q2"])
+
+
+def test_columns_of_the_aggregate_after_its_filter(lc, spark, data):
+    """Columns taken from the aggregate frame (`agg["q"]`) after its filter, in select,
+    withColumn and orderBy, resolve as over vanilla's filtered frame (its columns are the
+    aggregate's own); the lazy plan is the one that runs."""
+
+    def build(t):
+        agg = qty_by_order(t)
+        big = agg.where("q > 6")
+        return (
+            big.withColumn("q2", agg["q"] * 2)
+            .orderBy(agg["n"].desc(), agg["okey"])
+            .select(agg["okey"], "q2", agg["n"])
+        )
+
+    def ref(T):
+        big = R.where(ref_qty_by_order(T), lambda r: r["q"] > 6)
+        big = sorted(big, key=lambda x: (-x[0]["n"], x[0]["okey"] is not None, x[0]["okey"]))
+        return R.select(big, lambda r: {"okey": r["okey"], "q2": r["q"] * 2, "n": r["n"]})
+
+    check(lc, spark, data, build, ref, ["okey", "q2", "n"], ordered=True)
+    agg = qty_by_order(tables(lc.read, data))
+    plan = _plan(agg.where("q > 6").select(agg["okey"])).splitlines()
+    join = next(i for i, line in enumerate(plan) if "Join" in line)
+    assert not any("collect_list" in line for line in plan[join:])
+
+
+def test_stars_inside_expressions_over_the_survivors(lc, spark, data):
+    """`to_json(struct(*))` over a filtered aggregate (lazy) sees its visible columns only."""
+
+    def build(t):
+        return qty_by_order(t).where("q > 6").select("okey", F.to_json(F.struct("*")).alias("j"))
+
+    def ref(T):
+        big = R.where(ref_qty_by_order(T), lambda r: r["q"] > 6)
+        return R.select(
+            big,
+            lambda r: {
+                "okey": r["okey"],
+                "j": json.dumps(
+                    {k: v for k, v in r.items() if v is not None}, separators=(",", ":")
+                ),
+            },
+        )
+
+    check(lc, spark, data, build, ref, ["okey", "j"])
 
 
 def _plan(frame) -> str:

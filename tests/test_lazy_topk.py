@@ -161,6 +161,22 @@ _FORMS = {
         ),
         ["mean", "label"],
     ),
+    # Columns of the aggregate frame itself (`a["q"]`), before and after the limit.
+    "aggregate-columns-around-the-limit": (
+        lambda a: (
+            a.withColumn("q2", a["q"] * 2)
+            .orderBy(a["q"].desc(), "okey")
+            .limit(5)
+            .select(a["okey"], "q2", a["n"])
+        ),
+        lambda g: _top(
+            g,
+            lambda r: (-r["q"], _nulls_first(r["okey"])),
+            5,
+            lambda r: {"okey": r["okey"], "q2": r["q"] * 2, "n": r["n"]},
+        ),
+        ["okey", "q2", "n"],
+    ),
     "explode": (
         lambda a: (
             a.select("okey", F.explode(F.array("q", "n")).alias("v"))

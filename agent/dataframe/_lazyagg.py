@@ -173,7 +173,9 @@ def filtered(lazy: LazyAggregate, eager: LineageDataFrame, condition: Any) -> An
         return eager._df.filter(condition)
     m = len(lazy.keys)
     grouped = _joined(lazy, kept, s[:m], s[:m], s[m:], name)
-    return grouped.select(*[F.col(c).alias(n) for c, n in zip(s, names)], name)
+    return attributed(
+        eager._df, grouped.select(*[F.col(c).alias(n) for c, n in zip(s, names)], name)
+    )
 
 
 def top_k_step(call: Call) -> bool:
@@ -233,7 +235,26 @@ def limited(
     # The k rows in the survivors' order: one task sorts them (a global sort would sample,
     # running the join and grouping above once more).
     ordered = grouped.coalesce(1).sortWithinPartitions(pos)
-    return ordered.select(*[F.col(v).alias(c) for v, c in values], name)
+    return attributed(
+        frame.dataframe, ordered.select(*[F.col(v).alias(c) for v, c in values], name)
+    )
+
+
+def attributed(df: Any, rows: Any) -> Any:
+    """`rows`, which hold `df`'s columns (what `df` filtered or limited holds), as output
+    columns of `df` itself: `df` emptied (Spark's optimizer prunes it: never computed)
+    united with them (a union's columns are its first child's), so that a column taken from
+    the aggregate or frame (`agg["k"]`) resolves over the result, as it does over vanilla's
+    filtered or limited frame. `rows` as they are when the names or types differ (a union
+    would convert them)."""
+    want = df.schema
+    names = [f.name for f in want.fields]
+    if len(set(names)) < len(names):
+        return rows
+    rows = rows.select(*[quoted(n) for n in names]) if rows.columns != names else rows
+    if [f.dataType for f in rows.schema.fields] != [f.dataType for f in want.fields]:
+        return rows
+    return df.where(F.lit(False)).unionAll(rows)
 
 
 def _joined(
@@ -295,11 +316,13 @@ def filtered_sql(
     the array column `out`."""
     from sqlglot import exp
 
+    from ._sqldialect import to_sql
+
     p, s = fresh("p"), fresh("s")
     key = columns[:keys]
     on = " AND ".join(f"{p}.{k} <=> {s}.{k}" for k in key)
     values = ", ".join(
-        f"first({s}.{c}) AS {exp.to_identifier(n, quoted=True).sql(dialect='spark')}"
+        f"first({s}.{c}) AS {to_sql(exp.to_identifier(n, quoted=True))}"
         for c, n in zip(columns[keys:], names)
     )
     return (
