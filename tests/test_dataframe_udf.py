@@ -4,6 +4,7 @@ is recorded as a culprit (its source lines), under on_error="fail" (the job fail
 
 from __future__ import annotations
 
+import pandas as pd
 import pytest
 from pyspark.sql import functions as F
 
@@ -320,3 +321,78 @@ def test_fail_culprits_of_a_column_used_by_two_frames_are_the_failing_frames(lc,
     bad = sorted(line[i] for i, _, b in rows if i < 30 and not b.isdigit())
     assert len(bad) == 2 and any(not b.isdigit() for i, _, b in rows if i >= 30)
     assert sorted(c.data for c in lc.culprits()) == bad
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    from _dfcheck import make_data
+
+    return make_data(tmp_path_factory.mktemp("tables"))
+
+
+def _mean_udaf():
+    # Made inside a test, so cloudpickle ships it by value (workers cannot import tests);
+    # its type hints name the module's `pd` (annotations are strings here).
+    @F.pandas_udf("double")
+    def mean_of(p: pd.Series) -> float:
+        return float(p.mean())
+
+    return mean_of
+
+
+def _mean(rs, col="price"):
+    return sum(r[col] for r in rs) / len(rs)
+
+
+@pytest.mark.parametrize("form", ["groupBy", "expression-key", "global", "rollup"])
+def test_grouped_aggregate_pandas_udf_lineage(lc, spark, data, form):
+    """A grouped-aggregate pandas UDF in `agg` (Spark allows it beside no other aggregate:
+    it is computed apart and joined null-safely on the group keys and grouping set to the
+    ids' aggregate): vanilla's rows, each traced to its group's rows."""
+    import _dfref as R
+    from _dfcheck import check
+
+    mean_of = _mean_udaf()
+    aggs = [mean_of("price").alias("m"), (mean_of(F.col("qty")) * 2).alias("q2")]
+
+    def build(t):
+        items = t["items"].where("price > 20")
+        if form == "groupBy":
+            return items.groupBy("qty").agg(*aggs)
+        if form == "expression-key":  # null keys: one group
+            return items.groupBy((F.col("okey") % 4).alias("o4")).agg(*aggs)
+        if form == "global":
+            return items.agg(*aggs)
+        return items.rollup("qty").agg(*aggs)
+
+    def values(rs):
+        return {"m": _mean(rs), "q2": 2 * _mean(rs, "qty")}
+
+    def ref(T):
+        items = R.where(T["items"], lambda r: r["price"] > 20)
+        if form == "groupBy":
+            return R.group(items, lambda r: (r["qty"],), lambda k, rs: {"qty": k[0], **values(rs)})
+        if form == "expression-key":
+            o4 = R.select(
+                items, lambda r: {**r, "o4": None if r["okey"] is None else r["okey"] % 4}
+            )
+            return R.group(o4, lambda r: (r["o4"],), lambda k, rs: {"o4": k[0], **values(rs)})
+        if form == "global":
+            return R.group(items, lambda r: (), lambda k, rs: values(rs))
+        return R.group_sets(items, ["qty"], [("qty",), ()], values)
+
+    cols = {"groupBy": ["qty"], "expression-key": ["o4"], "global": [], "rollup": ["qty"]}
+    check(lc, spark, data, build, ref, [*cols[form], "m", "q2"])
+
+
+def test_grouped_aggregate_pandas_udf_over_an_unstable_input_raises(lc, spark, data):
+    """The pandas aggregate and the ids' run apart, over the input twice: over a limit
+    (which rows, Spark's choice each time) it raises rather than risk other rows' ids;
+    over no rows it gives none, as vanilla."""
+    from _dfcheck import tables
+
+    mean_of = _mean_udaf()
+    items = tables(lc.read, data)["items"]
+    with pytest.raises(UnsupportedOperation, match="pandas UDF"):
+        items.limit(10).groupBy("qty").agg(mean_of("price"))
+    assert items.where("qty > 99").agg(mean_of("price")).collect() == []

@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from functools import reduce
 from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import Column
@@ -30,9 +31,10 @@ from ._columns import (
     null_of,
     sql_name,
     stars_in,
+    udf_ids,
 )
 from ._recipe import Call, recipe_of, recorded
-from ._udf import CURRENT, uses_current, vanilla_named
+from ._udf import CURRENT, uses_current, vanilla_named, vanilla_names
 
 if TYPE_CHECKING:
     from .._spec import CapturePoint
@@ -971,6 +973,64 @@ class _NaFunctions:
         return self._frame.replace(to_replace, value, subset)
 
 
+def _stable(obj: Any) -> bool:
+    """Whether the captured frame `obj` gives the same rows, with the same ids, each time
+    its plan runs: a source, then row-at-a-time calls, joins, unions, sorts and
+    repartitions, calling Spark's deterministic builtins only (no UDF, `rand`, sample,
+    limit, aggregate, `lc.sql`); cached frames are."""
+    from ._lazyagg import deterministic_args
+    from ._recipe import Source
+
+    if getattr(obj, "_cached", False):
+        return True
+    recipe = recipe_of(obj)
+    if isinstance(recipe, Source):
+        return True
+    if not isinstance(recipe, Call) or recipe.method not in _STABLE_CALLS:
+        return False
+    args = [*recipe.args, *recipe.kwargs.values()]
+    frames = [a for a in args if isinstance(a, LineageDataFrame)]
+    others = [a for a in args if not isinstance(a, LineageDataFrame)]
+    return (
+        type(recipe.receiver) is LineageDataFrame
+        and _stable(recipe.receiver)
+        and all(_stable(f) for f in frames)
+        and deterministic_args(others)
+    )
+
+
+_STABLE_CALLS = frozenset(
+    {
+        "select",
+        "selectExpr",
+        "withColumn",
+        "withColumns",
+        "withColumnRenamed",
+        "withColumnsRenamed",
+        "drop",
+        "toDF",
+        "alias",
+        "filter",
+        "where",
+        "orderBy",
+        "sort",
+        "sortWithinPartitions",
+        "repartition",
+        "repartitionByRange",
+        "coalesce",
+        "hint",
+        "dropna",
+        "fillna",
+        "replace",
+        "join",
+        "crossJoin",
+        "union",
+        "unionAll",
+        "unionByName",
+    }
+)
+
+
 _GROUPED_SIMPLE = {"sum": F.sum, "avg": F.avg, "mean": F.avg, "min": F.min, "max": F.max}
 
 
@@ -1038,7 +1098,72 @@ class LineageGroupedData:
             return pivoted(frame, self._cols, *self._pivot, list(exprs))
         if not frame._lin:
             return frame._new(self._grouped(frame._df).agg(*exprs))
+        if self._calls_pandas_aggregate(exprs):
+            return self._pandas_aggregate(exprs)
         return frame._agent.aggregate(frame, self._grouped, self._cols, list(exprs), self._kind)
+
+    def _calls_pandas_aggregate(self, exprs: tuple) -> bool:
+        """Whether `exprs` call a grouped-aggregate pandas UDF, which Spark allows beside no
+        other aggregate (the ids' `collect_list`): asked of Spark when they call anything
+        but its builtins (a column's text does not tell a UDF's kind)."""
+        from ._lazyagg import calls_only_builtins
+
+        if all(calls_only_builtins(e) for e in exprs):
+            return False
+        import contextlib
+        import io
+
+        frame = self._frame
+        df = frame._df
+        if uses_current(exprs):
+            df = df.withColumn(CURRENT, udf_ids(F, frame._lin))
+        try:
+            # Spark refuses the mix when it plans the aggregate (not when it analyzes it):
+            # planned over no rows (the optimizer prunes the input; a global aggregate
+            # stays).
+            probe = df.where(F.lit(False)).groupBy().agg(*exprs, F.count(F.lit(1)))
+            with _quiet(), contextlib.redirect_stdout(io.StringIO()):
+                probe.explain()
+        except Exception as e:
+            return "INVALID_PANDAS_UDF_PLACEMENT" in str(e)
+        return False
+
+    def _pandas_aggregate(self, exprs: tuple) -> LineageDataFrame:
+        """The aggregate of `exprs`, which call a grouped-aggregate pandas UDF: computed by
+        Spark without ids (vanilla's plan), joined null-safely on its group keys (and
+        grouping set) to the groups' ids, aggregated apart over the same input. The input
+        runs twice, so it must give the same rows each time (`_stable`)."""
+        frame = self._frame
+        if not _stable(frame):
+            raise UnsupportedOperation(
+                "a grouped-aggregate pandas UDF over an input that may give other rows when "
+                "it runs again (a sample, a limit, a UDF or a nondeterministic function, an "
+                "aggregate before it, lc.sql) with lineage capture: Spark computes it apart "
+                "from the ids"
+            )
+        lin = frame._lin
+        src = frame._src(*self._cols, *exprs)
+        gid = [F.grouping_id().alias(fresh("gid"))] if self._kind != "groupBy" else []
+        # A global aggregate as one group of a constant: Spark fails to plan a join of a
+        # global pandas aggregate (INTERNAL_ERROR), and over no rows both give no row.
+        whole = not self._cols and not gid
+        group = (lambda df: df.groupBy(F.lit(True))) if whole else self._grouped
+        values = vanilla_names(group(src).agg(*exprs, *gid), (*self._cols, *exprs))
+        names = list(values.columns)
+        name = fresh()
+        ids = group(src).agg(collected(F, lin, name), *gid)
+        keys = len(names) - len(exprs) - len(gid)
+        vk = [fresh("k") for _ in range(keys + len(gid))]
+        ik = [fresh("k") for _ in vk]
+        aggs = names[keys : keys + len(exprs)]
+        left = values.toDF(*vk[:keys], *aggs, *vk[keys:])
+        right = ids.toDF(*ik[:keys], name, *ik[keys:])
+        on = [F.col(a).eqNullSafe(F.col(b)) for a, b in zip(vk, ik)]
+        joined = left.join(right, reduce(lambda a, b: a & b, on), "inner")
+        shown = names[keys : -len(gid) or None] if whole else names[: keys + len(exprs)]
+        kept = vk[keys:keys] if whole else vk[:keys]
+        out = joined.select(*map(quoted, [*kept, *aggs]), name).toDF(*shown, name)
+        return frame._new(out, Lineage((), (name,), lin.cps))
 
     def count(self) -> LineageDataFrame:
         return self.agg(F.count(F.lit(1)).alias("count"))

@@ -375,6 +375,20 @@ def recomputable(frame: LineageDataFrame) -> Source | None:
             return None
 
 
+def calls_only_builtins(col: Any) -> bool:
+    """Whether a column (or SQL text) calls Spark's builtin functions only (deterministic
+    or not): no UDF."""
+    if not (isinstance(col, str) or _is_column(col)):
+        return True
+    names = {c.lower() for c in _CALL.findall(column_text(col))}
+    return names <= _BUILTIN | _NONDETERMINISTIC
+
+
+def deterministic_args(args: Any) -> bool:
+    """Whether recorded call arguments are deterministic (see `_deterministic`)."""
+    return _deterministic(args)
+
+
 def _is_column(arg: Any) -> bool:
     return type(arg).__name__ == "Column"
 
