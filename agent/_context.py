@@ -187,10 +187,12 @@ class LineageContext:
 
         return LineageReader(self._dataframes)
 
-    def sql(self, sqlQuery: str) -> Any:
+    def sql(self, sqlQuery: str, args: dict[str, Any] | list | None = None, **kwargs: Any) -> Any:
         """`spark.sql` over temp views made from captured DataFrames
-        (`df.createOrReplaceTempView(name)`): the result carries each row's lineage."""
-        return self._dataframes.sql(sqlQuery)
+        (`df.createOrReplaceTempView(name)`): the result carries each row's lineage. `args`
+        (named `:x` / positional `?` parameters) and `kwargs` (`{name}` fields: DataFrames of
+        this context, or values) as `spark.sql` takes them."""
+        return self._dataframes.sql(sqlQuery, args, **kwargs)
 
     @property
     def udf(self) -> Any:

@@ -205,10 +205,11 @@ class _Rebuild:
         return frame._new(df)
 
     def _sql(self, frame: LineageDataFrame, recipe: SqlQuery) -> LineageDataFrame:
-        import sqlglot
         from sqlglot import exp
 
-        tree = sqlglot.parse_one(recipe.text, read="spark")
+        from ._sqldialect import parse_one, to_sql
+
+        tree = parse_one(recipe.text)
         _refuse_unseeded_sql(tree)
         ctes = {c.alias_or_name.lower() for c in tree.find_all(exp.CTE)}
         named: dict[str, str] = {}
@@ -225,7 +226,8 @@ class _Rebuild:
             table.set("this", exp.to_identifier(named[name]))
             if not table.alias:
                 table.set("alias", exp.TableAlias(this=exp.to_identifier(original)))
-        df = self.agent.spark.sql(tree.sql(dialect="spark"))
+        # (`lc.sql`'s parameter arguments, by name: `_sqlargs.SqlQueryArgs`)
+        df = self.agent.spark.sql(to_sql(tree), getattr(recipe, "args", None))
         if list(df.columns) != recipe.columns and len(df.columns) == len(recipe.columns):
             df = df.toDF(*recipe.columns)
         return frame._new(df)
@@ -269,16 +271,21 @@ def _refuse_unseeded_sql(tree: Any) -> None:
     """`lc.sql`: the same for TABLESAMPLE and random functions without a seed."""
     from sqlglot import exp
 
+    from ._sqldialect import function_name, to_sql
+
     for node in tree.walk():
+        # (lc.sql's dialect keeps function calls as written: told by name and arguments)
+        name = function_name(node)
+        args = len(node.expressions) if name else 0
         unseeded = (
             (isinstance(node, exp.TableSample) and node.args.get("seed") is None)
-            or (isinstance(node, exp.Rand | exp.Randn) and node.this is None)
-            or isinstance(node, exp.Uuid)
-            or (isinstance(node, exp.Shuffle) and len([v for v in node.args.values() if v]) == 1)
+            or (name in ("rand", "randn", "random", "uuid") and args == 0)
+            or (name in ("shuffle", "randstr") and args == 1)
+            or (name == "uniform" and args == 2)
         )
         if unseeded:
             raise UnsupportedOperation(
-                f"replay of an lc.sql query with {node.sql(dialect='spark')} (no seed): Spark "
+                f"replay of an lc.sql query with {to_sql(node)} (no seed): Spark "
                 "draws its seed when it analyzes the query, so the rebuilt query would draw "
                 "other rows or values; give it a seed (rand(7), TABLESAMPLE ... REPEATABLE (7))"
             )

@@ -132,10 +132,10 @@ class FrameAgent:
         out._lazy = lazy
         return out
 
-    def sql(self, text: str) -> LineageDataFrame:
+    def sql(self, text: str, args: Any = None, **kwargs: Any) -> LineageDataFrame:
         from ._sql import run_sql
 
-        return run_sql(self, text)
+        return run_sql(self, text, args, kwargs)
 
     # -- views -------------------------------------------------------------------------------
 

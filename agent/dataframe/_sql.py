@@ -55,6 +55,15 @@ from typing import TYPE_CHECKING, Any
 
 from .._rdd import UnsupportedOperation
 from ._columns import Lineage, fresh, is_hidden
+from ._sqldialect import (
+    DIALECT,
+    OFFSET_WINDOWS,
+    RANKING,
+    function_name,
+    parse,
+    parse_one,
+    to_sql,
+)
 from ._sqllazy import lazy_block
 
 if TYPE_CHECKING:
@@ -82,12 +91,21 @@ class Rel:
 
 
 class SqlRewriter:
-    def __init__(self, agent: FrameAgent) -> None:
+    def __init__(
+        self,
+        agent: FrameAgent,
+        params: dict[str, Any] | None = None,
+        arg_views: dict[str, LineageDataFrame] | None = None,
+    ) -> None:
         from sqlglot import exp
 
         self.E = exp
         self.agent = agent
-        self.views = dict(agent.views)
+        # `spark.sql`'s named arguments, for every text Spark analyzes or runs (`_sqlargs`).
+        self.params = params
+        # `{name}` DataFrame arguments' views (`_sqlargs`): passed to Spark as DataFrames.
+        self.arg_views = dict(arg_views or {})
+        self.views = {**agent.views, **self.arg_views}
         self.cps: set[int] = set()
         self._columns_cache: dict[str, list[str]] = {}
         # Select blocks (by id) that keep the eager form under any aggregate policy.
@@ -101,16 +119,24 @@ class SqlRewriter:
         arguments (`{name}`: they live in the plan, not the session), those arguments, and
         the text to record for replay (each survivors' query in place of its view: replay
         computes them again over its own inputs)."""
-        if not self.survivors:
+        if not self.survivors and not self.arg_views:
             return rewritten, {}, rewritten
         run = rewritten.replace("{", "{{").replace("}", "}}")
         replay = rewritten
-        for name, (_, query) in self.survivors.items():
-            token = re.compile(rf"`{name}`|(?<![\w`]){name}(?![\w`])")
+        frames: dict[str, Any] = {}
+        for name, (df, query) in self.survivors.items():
             # Replacements as functions: the query's backslashes are not escapes.
-            run = token.sub(_constant("{" + name + "}"), run)
-            replay = token.sub(_constant(f"({query}) AS {name}"), replay)
-        return run, {n: df for n, (df, _) in self.survivors.items()}, replay
+            run = _token(name).sub(_constant("{" + name + "}"), run)
+            replay = _token(name).sub(_constant(f"({query}) AS {name}"), replay)
+            frames[name] = df
+        for name, frame in self.arg_views.items():
+            run = _token(name).sub(_constant("{" + name + "}"), run)
+            frames[name] = frame._df
+        return run, frames, replay
+
+    def spark_sql(self, text: str) -> Any:
+        """`spark.sql(text)` with the query's parameter arguments."""
+        return self.agent.spark.sql(text, self.params)
 
     def drop_views(self) -> None:
         """Drop the survivors' temp views (the run text names them as arguments)."""
@@ -120,10 +146,8 @@ class SqlRewriter:
     # -- entry -------------------------------------------------------------------------------
 
     def rewrite(self, text: str) -> tuple[str, Lineage]:
-        import sqlglot
-
         try:
-            trees = sqlglot.parse(text, read="spark")
+            trees = parse(text)
         except Exception as e:
             raise UnsupportedOperation(f"lc.sql cannot parse this query for lineage: {e}") from e
         trees = [t for t in trees if t is not None]
@@ -134,10 +158,169 @@ class SqlRewriter:
             raise UnsupportedOperation(
                 f"lc.sql: {type(tree).__name__} statements (only queries carry lineage)"
             )
+        self._expand_stars(tree, {})
         tree, rel = self.query(tree, {})
         longs = tuple(n for n, k in rel.lin if k == LONG)
         arrays = tuple(n for n, k in rel.lin if k == ARRAY)
-        return tree.sql(dialect="spark"), Lineage(longs, arrays, frozenset(self.cps))
+        return to_sql(tree), Lineage(longs, arrays, frozenset(self.cps))
+
+    # -- stars inside expressions ------------------------------------------------------------
+
+    def _expand_stars(self, node: Any, scope: dict[str, tuple[str, str]]) -> None:
+        """Every block's `*` / `t.*` inside an expression (`struct(*)`, `hash(*)`,
+        `to_json(struct(t.*))`, `count(DISTINCT *)`; not `count(*)`, which counts rows) is
+        replaced by the columns Spark expands it to, less the views' hidden lineage columns,
+        which Spark would expand it to as well: the visible columns of the block's FROM items
+        (each qualified by its item, in the FROM clause's order), as Spark analyzes them.
+        Every block of the query, those left as written too (an `IN` subquery's); inner
+        blocks first (a derived table's column names are then vanilla's). `scope`: the
+        CTEs in scope, name -> (name as written, body)."""
+        E = self.E
+        with_ = node.args.get("with_") if isinstance(node, E.Query) else None
+        if with_ is not None:
+            scope = dict(scope)
+            for cte in with_.expressions:
+                self._expand_stars(cte.this, scope)
+                scope[cte.alias_or_name.lower()] = (cte.alias_or_name, to_sql(cte.this))
+        for child in list(node.iter_expressions()):
+            if child is not with_:
+                self._expand_stars(child, scope)
+        if isinstance(node, E.Select):
+            self._natural_joins(node, scope)
+            self._expand_block_stars(node, scope)
+
+    def _scope_columns(self, probe: Any, scope: dict[str, tuple[str, str]]) -> list[str]:
+        """The visible columns of the query `probe` (a node), the CTEs `scope` in scope."""
+        defs = ", ".join(f"{_quote(n)} AS ({body})" for n, body in scope.values())
+        text = (f"WITH {defs} " if defs else "") + to_sql(probe)
+        return [n for n in self._columns_of_sql(text) if not is_hidden(n)]
+
+    def _natural_joins(self, sel: Any, scope: dict[str, tuple[str, str]]) -> None:
+        """`a NATURAL JOIN b` joins on every column name the two sides share, and views of
+        frames with a common lineage column share its hidden name: written as the `USING`
+        join on their common visible columns it means (`ON TRUE` without any)."""
+        E = self.E
+        joins = sel.args.get("joins") or []
+        for i, join in enumerate(joins):
+            if (join.method or "").upper() != "NATURAL":
+                continue
+            what = f"lc.sql: NATURAL JOIN {to_sql(join.this)}"
+            try:
+                left = self._scope_columns(
+                    E.Select(
+                        expressions=[E.Star()],
+                        from_=sel.args["from_"].copy(),
+                        joins=[j.copy() for j in joins[:i]],
+                    ),
+                    scope,
+                )
+                right = self._scope_columns(
+                    E.Select(expressions=[E.Star()], from_=E.From(this=join.this.copy())), scope
+                )
+            except Exception as e:
+                raise UnsupportedOperation(f"{what}: its columns ({e})") from e
+            names = {n.lower() for n in right}
+            common: list[str] = []
+            for n in left:
+                if n.lower() in names and n.lower() not in {c.lower() for c in common}:
+                    common.append(n)
+            join.set("method", None)
+            if common:
+                join.set("using", [E.to_identifier(n, quoted=True) for n in common])
+            else:
+                join.set("on", E.true())
+
+    def _inner_stars(self, sel: Any) -> list:
+        """The block's stars inside expressions (Star or `t.*` Column nodes), not in nested
+        blocks; a select-list `*` / `t.*` is not one, nor `count(*)`."""
+        E = self.E
+        out = []
+        for n in self._local(sel, E.Star | E.Column):
+            if isinstance(n, E.Column):
+                if not n.is_star:
+                    continue
+            elif isinstance(n.parent, E.Column):
+                continue  # (the Column `t.*` stands for it)
+            if n.parent is sel and n.arg_key == "expressions":
+                continue
+            call = n.parent
+            if (
+                isinstance(n, E.Star)
+                and function_name(call) == "count"
+                and list(call.expressions) == [n]
+            ):
+                continue  # count(*): Spark counts rows, nothing is expanded
+            out.append(n)
+        return out
+
+    def _expand_block_stars(self, sel: Any, scope: dict[str, tuple[str, str]]) -> None:
+        E = self.E
+        stars = self._inner_stars(sel)
+        if not stars:
+            return
+        what = f"lc.sql: {to_sql(stars[0].parent)}"
+        for star in stars:
+            clause = star
+            while clause.parent is not sel:
+                clause = clause.parent
+            if clause.arg_key not in ("expressions", "where", "group", "having"):
+                raise UnsupportedOperation(f"{what} in {clause.arg_key.upper()} (list the columns)")
+            inner = star.this if isinstance(star, E.Column) else star
+            if any(inner.args.get(k) for k in ("except_", "replace", "rename", "except")):
+                raise UnsupportedOperation(f"{what}: * EXCEPT / REPLACE inside an expression")
+        from_ = sel.args.get("from_")
+        if from_ is None:
+            raise UnsupportedOperation(f"{what} without FROM")
+        joins = sel.args.get("joins") or []
+        if any(j.args.get("using") or (j.method or "").upper() == "NATURAL" for j in joins):
+            raise UnsupportedOperation(
+                f"{what} over a JOIN ... USING / NATURAL JOIN (list the columns)"
+            )
+        # The qualifiers `*` expands over, in order: the FROM items (not a semi / anti join's
+        # right side), then the lateral views.
+        items = [from_.this] + [
+            j.this for j in joins if (j.kind or "").upper() not in ("SEMI", "ANTI")
+        ]
+        for item in items:
+            if isinstance(item, E.Subquery) and not item.alias:
+                item.set("alias", E.TableAlias(this=E.to_identifier(fresh("d"))))
+        qualifiers = [_pivot_alias(i) or i.alias_or_name for i in items]
+        qualifiers += [lv.alias_or_name for lv in sel.args.get("laterals") or []]
+        columns: dict[str, list[str]] = {}
+
+        def of(q: str) -> list[str]:
+            key = q.lower()
+            if key not in columns:
+                probe = E.Select(
+                    expressions=[E.Column(this=E.Star(), table=E.to_identifier(q))],
+                    **{
+                        k: _copy(sel.args.get(k))
+                        for k in ("from_", "joins", "laterals")
+                        if sel.args.get(k)
+                    },
+                )
+                try:
+                    names = self._scope_columns(probe, scope)
+                except Exception as e:
+                    raise UnsupportedOperation(
+                        f"{what}: cannot list the columns of {q} ({str(e).splitlines()[0]})"
+                    ) from e
+                if len({n.lower() for n in names}) != len(names):
+                    raise UnsupportedOperation(
+                        f"{what} over {q}, whose column names repeat (list the columns)"
+                    )
+                columns[key] = names
+            return columns[key]
+
+        for star in stars:
+            qs = [star.table] if isinstance(star, E.Column) else qualifiers
+            cols = [E.column(n, table=q, quoted=True) for q in qs for n in of(q)]
+            parent, key = star.parent, star.arg_key
+            siblings = parent.args.get(key)
+            if not isinstance(siblings, list) or not cols:
+                raise UnsupportedOperation(f"{what} (list the columns)")
+            at = next(i for i, x in enumerate(siblings) if x is star)
+            parent.set(key, [*siblings[:at], *cols, *siblings[at + 1 :]])
 
     # -- queries -----------------------------------------------------------------------------
 
@@ -154,7 +337,7 @@ class SqlRewriter:
                 body, rel = self.query(cte.this, ctes)
                 cte.set("this", body)
                 name = cte.alias_or_name
-                text = body.sql(dialect="spark")
+                text = to_sql(body)
                 cols = self.output_columns(text, ctes)
                 ctes[name.lower()] = Item(name, rel.lin, cols, text)
         if isinstance(node, E.Select):
@@ -190,7 +373,7 @@ class SqlRewriter:
         order, limit = node.args.get("order"), node.args.get("limit")
         node.set("order", None)
         node.set("limit", None)
-        cols = self.output_columns(node.sql(dialect="spark"), ctes)
+        cols = self.output_columns(to_sql(node), ctes)
         if cols is None:
             raise UnsupportedOperation("lc.sql: UNION over a query Spark cannot analyze alone")
         out = fresh("u")
@@ -227,7 +410,7 @@ class SqlRewriter:
         if star:
             plain = sel.copy()
             plain.set("qualify", None)
-            names = self.output_columns(plain.sql(dialect="spark"), ctes)
+            names = self.output_columns(to_sql(plain), ctes)
             if names is None or len({n.lower() for n in names}) != len(names):
                 raise UnsupportedOperation(
                     "lc.sql: QUALIFY over SELECT * with repeated column names (list the columns)"
@@ -261,8 +444,6 @@ class SqlRewriter:
         every duplicate on both sides; a row of EXCEPT that of every duplicate on the left
         (the right side's rows only exclude, like an anti join). ALL repeats a row
         min(left, right) / left - right times, each copy with the group's lineage."""
-        import sqlglot
-
         E = self.E
         intersect = isinstance(node, E.Intersect)
         what = "INTERSECT" if intersect else "EXCEPT"
@@ -271,7 +452,7 @@ class SqlRewriter:
         ids = fresh("u")
         left, _ = self.query(node.this, ctes, ids)
         right, _ = self.query(node.expression, ctes, ids)
-        cols = self.output_columns(left.sql(dialect="spark"), ctes)
+        cols = self.output_columns(to_sql(left), ctes)
         if cols is None:
             raise UnsupportedOperation(f"lc.sql: {what} over a query Spark cannot analyze alone")
         c = [fresh("c") for _ in cols]
@@ -300,7 +481,7 @@ class SqlRewriter:
             f"count_if(x.s = 0) AS nl, count_if(x.s = 1) AS nr FROM ({sides}) AS x "
             f"GROUP BY {cs}) AS g {repeat} WHERE {keep}"
         )
-        wrapper = sqlglot.parse_one(text, read="spark")
+        wrapper = parse_one(text)
         for key in ("with_", "order", "limit", "offset"):
             if node.args.get(key) is not None:
                 wrapper.set(key, node.args[key])
@@ -312,7 +493,7 @@ class SqlRewriter:
         """A set operation's branch as `c..., ids, s` (s: 0 left, 1 right). Its columns are
         taken by position; a `SELECT *` branch also outputs its views' hidden columns, so
         there they are taken by name (when the visible names are distinct)."""
-        text = branch.sql(dialect="spark")
+        text = to_sql(branch)
         t = fresh("t")
         every = self.output_columns(text, ctes, hidden=True) or []
         names = [n for n in every if not is_hidden(n)]
@@ -406,7 +587,9 @@ class SqlRewriter:
         """Whether `node` is the function of a window expression (`f(...) OVER (...)`)."""
         E = self.E
         parent = node.parent
-        if isinstance(parent, E.IgnoreNulls | E.RespectNulls):
+        # (`f(x) IGNORE NULLS OVER`, `percentile_cont(p) WITHIN GROUP (...) OVER`,
+        # `f(x) FILTER (WHERE c) OVER`: the window's function is wrapped.)
+        while isinstance(parent, E.IgnoreNulls | E.RespectNulls | E.WithinGroup | E.Filter):
             node, parent = parent, parent.parent
         return isinstance(parent, E.Window) and parent.this is node
 
@@ -425,19 +608,22 @@ class SqlRewriter:
         for w in windows:
             fn = w.this
             ignore_nulls = isinstance(fn, E.IgnoreNulls)
-            if isinstance(fn, E.IgnoreNulls | E.RespectNulls):
+            while isinstance(fn, E.IgnoreNulls | E.RespectNulls | E.WithinGroup | E.Filter):
                 fn = fn.this
-            if isinstance(fn, _ranking(E)):
+            name = function_name(fn)
+            if name in RANKING:
                 continue
-            key = w.sql(dialect="spark")
+            key = to_sql(w)
             if key in seen:
                 continue
             seen.add(key)
-            if isinstance(fn, E.Lag | E.Lead):
-                if ignore_nulls:  # the row taken is not the one at the offset
+            if name in OFFSET_WINDOWS:
+                args = list(fn.expressions)
+                if ignore_nulls or len(args) > 3 or any(isinstance(a, E.IgnoreNulls) for a in args):
+                    # (the row taken is not the one at the offset)
                     raise UnsupportedOperation(f"lc.sql: {key} (lag / lead IGNORE NULLS)")
-                offset = fn.args.get("offset")
-                call = type(fn)(this=ids.copy(), offset=offset.copy() if offset else None)
+                offset = [args[1].copy()] if len(args) > 1 else []
+                call = E.Anonymous(this=name, expressions=[ids.copy(), *offset])
                 framed = w.copy()
                 framed.set("this", call)
                 out.append(E.func("coalesce", framed, _empty(E)))
@@ -478,10 +664,9 @@ class SqlRewriter:
         for lateral in sel.args.get("laterals") or []:
             # A generator makes rows out of one row: each has that row's lineage, which its
             # columns already carry.
-            fn = lateral.this
-            name = (fn.name if isinstance(fn, self.E.Anonymous) else fn.key).lower()
+            name = function_name(lateral.this)
             if not lateral.args.get("view") or name.replace("_", "") not in _GENERATORS:
-                raise UnsupportedOperation(f"lc.sql: {lateral.sql(dialect='spark')}")
+                raise UnsupportedOperation(f"lc.sql: {to_sql(lateral)}")
         for key in ("pivots", "connect", "qualify", "sample"):
             if sel.args.get(key):
                 raise UnsupportedOperation(f"lc.sql: {key.upper()}")
@@ -544,9 +729,9 @@ class SqlRewriter:
             if udf is not None and udf.captured:
                 # (The rewritten aggregates would call it without the row's ids.)
                 raise UnsupportedOperation(
-                    f"lc.sql: PIVOT with a captured UDF in its aggregates: {call.sql('spark')}"
+                    f"lc.sql: PIVOT with a captured UDF in its aggregates: {to_sql(call)}"
                 )
-        src_sql = src.sql(dialect="spark")
+        src_sql = to_sql(src)
         visible = item.columns
         if visible is None:
             visible = self.output_columns(f"SELECT * FROM {src_sql}", ctes)
@@ -558,23 +743,53 @@ class SqlRewriter:
             raise UnsupportedOperation(
                 "lc.sql: PIVOT over a FROM item with repeated column names (name them apart)"
             )
-        ids = self._flat_collect([(item.alias, n, k) for n, k in item.lin]).sql(dialect="spark")
+        ids = to_sql(self._flat_collect([(item.alias, n, k) for n, k in item.lin]))
         text, names, lin = pivot_query(
             E, src_sql, item.alias, visible, pivot, ids, lambda q: self.output_types(q, ctes)
         )
         alias = pivot.args.get("alias")
         name = alias.name if alias is not None else fresh("pv")
-        import sqlglot
-
-        body = sqlglot.parse_one(text, read="spark")
+        body = parse_one(text)
         src.replace(E.Subquery(this=body, alias=E.TableAlias(this=E.to_identifier(name))))
         return Item(name, [(lin, ARRAY)], names)
+
+    def _identifier_table(self, src: Any) -> None:
+        """`FROM IDENTIFIER('v')` (or `IDENTIFIER(:name)` with a string argument) is
+        `FROM v`: the table it names, as Spark reads the string (a possibly qualified
+        name)."""
+        E = self.E
+        call = src.this
+        if function_name(call) != "identifier" or len(call.expressions) != 1:
+            return
+        (arg,) = call.expressions
+        value = None
+        if isinstance(arg, E.Literal) and arg.is_string:
+            value = arg.this
+        elif isinstance(arg, E.Placeholder) and isinstance(self.params, dict):
+            value = self.params.get(arg.name)
+        if not isinstance(value, str):
+            raise UnsupportedOperation(
+                f"lc.sql: FROM {to_sql(src)} (IDENTIFIER of a string literal or a named "
+                "string argument only)"
+            )
+        try:
+            table = E.to_table(value, dialect=DIALECT)
+        except Exception as e:
+            raise UnsupportedOperation(f"lc.sql: FROM {to_sql(src)}: {e}") from e
+        for key in ("this", "db", "catalog"):
+            src.set(key, table.args.get(key))
 
     def _plain_source(self, src: Any, ctes: dict[str, Item]) -> Item:
         E = self.E
         if isinstance(src, E.Table):
+            self._identifier_table(src)
+            if isinstance(src.this, E.Func):
+                raise UnsupportedOperation(
+                    f"lc.sql: FROM {to_sql(src)} is not a view made from a captured DataFrame "
+                    "(a table-valued function's rows have no lineage)"
+                )
             if src.args.get("db") or src.args.get("catalog"):
-                raise UnsupportedOperation(f"lc.sql: table {src.sql()} (only temp views)")
+                raise UnsupportedOperation(f"lc.sql: table {to_sql(src)} (only temp views)")
             name = src.name.lower()
             alias = src.alias_or_name
             if name in ctes:
@@ -869,7 +1084,7 @@ class SqlRewriter:
                 else:
                     out.append(Item(s.alias_or_name, [], None))
             elif isinstance(s, E.Subquery):
-                cols = self.output_columns(s.this.sql(dialect="spark"), ctes)
+                cols = self.output_columns(to_sql(s.this), ctes)
                 out.append(Item(s.alias_or_name, [], cols))
             else:
                 out.append(Item(s.alias_or_name, [], None))
@@ -954,7 +1169,7 @@ class SqlRewriter:
         unique: dict[str, Any] = {}
         for p, call in probes:
             probe = E.Anonymous(this=p, expressions=[a.copy() for a in call.expressions])
-            unique.setdefault(probe.sql(dialect="spark"), E.Not(this=probe))
+            unique.setdefault(to_sql(probe), E.Not(this=probe))
         conds = list(unique.values())
         where = sel.args.get("where")
         if where is not None:
@@ -966,7 +1181,7 @@ class SqlRewriter:
         on the block's rows before any aggregation (WHERE, the select list of a block
         without aggregates, GROUP BY, an aggregate's argument)."""
         E = self.E
-        what = f"lc.sql with on_error='skip': {call.sql(dialect='spark')}"
+        what = f"lc.sql with on_error='skip': {to_sql(call)}"
         clause = None
         node = call
         while node.parent is not None and node is not sel:
@@ -989,10 +1204,10 @@ class SqlRewriter:
         if clause == "expressions" and not aggregate:
             return
         if clause == "expressions" and group is not None:
-            keys = {g.sql(dialect="spark") for g in group.expressions}
+            keys = {to_sql(g) for g in group.expressions}
             p = call
             while p is not None and p is not sel:
-                if p.sql(dialect="spark") in keys:
+                if to_sql(p) in keys:
                     return  # a grouping key: computed per row before the groups
                 p = p.parent
         where = "over aggregates" if aggregate else f"in {clause}"
@@ -1041,7 +1256,7 @@ class SqlRewriter:
     def output_types(self, text: str, ctes: dict[str, Item]) -> list[tuple[str, str]]:
         """The columns a query outputs and their types, as Spark analyzes it (earlier CTEs
         in scope); Spark's error for a bad query."""
-        return list(self.agent.spark.sql(self._with_ctes(text, ctes)).dtypes)
+        return list(self.spark_sql(self._with_ctes(text, ctes)).dtypes)
 
     def _with_ctes(self, text: str, ctes: dict[str, Item]) -> str:
         defs = ", ".join(f"`{it.alias}` AS ({it.sql})" for it in ctes.values() if it.sql)
@@ -1050,12 +1265,12 @@ class SqlRewriter:
     def _columns_of_sql(self, sql: str) -> list[str]:
         cols = self._columns_cache.get(sql)
         if cols is None:
-            cols = list(self.agent.spark.sql(sql).columns)
+            cols = list(self.spark_sql(sql).columns)
             self._columns_cache[sql] = cols
         return cols
 
 
-# LATERAL VIEW generators (sqlglot's node key, or name) with lineage: the row's.
+# LATERAL VIEW generators (names without "_") with lineage: the row's.
 _GENERATORS = {
     "explode",
     "explodeouter",
@@ -1071,8 +1286,9 @@ def _quote(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"
 
 
-def _ranking(E: Any) -> tuple:
-    return (E.RowNumber, E.Rank, E.DenseRank, E.PercentRank, E.Ntile, E.CumeDist)
+def _token(name: str) -> re.Pattern[str]:
+    """A (fresh) name as a whole token of SQL text, quoted or not."""
+    return re.compile(rf"`{name}`|(?<![\w`]){name}(?![\w`])")
 
 
 def _constant(text: str) -> Callable[[re.Match[str]], str]:
@@ -1087,6 +1303,17 @@ def _concat(E: Any, parts: list) -> Any:
     if not parts:
         return _empty(E)
     return parts[0] if len(parts) == 1 else E.func("concat", *parts)
+
+
+def _copy(value: Any) -> Any:
+    return [v.copy() for v in value] if isinstance(value, list) else value.copy()
+
+
+def _pivot_alias(src: Any) -> str | None:
+    """The alias of a FROM item's PIVOT / UNPIVOT clause, if any (its columns' qualifier)."""
+    pivots = src.args.get("pivots") or []
+    alias = pivots[0].args.get("alias") if pivots else None
+    return alias.name if alias is not None else None
 
 
 def _pivot_of(src: Any) -> Any | None:
@@ -1121,28 +1348,43 @@ def _ancestors(node: Any, stop: Any):
         p = p.parent
 
 
-def run_sql(agent: FrameAgent, text: str) -> LineageDataFrame:
-    """`lc.sql(text)`: the query's rows as a LineageDataFrame."""
+def run_sql(
+    agent: FrameAgent, text: str, args: Any = None, kwargs: dict[str, Any] | None = None
+) -> LineageDataFrame:
+    """`lc.sql(text, args, **kwargs)`: the query's rows as a LineageDataFrame (`spark.sql`'s
+    arguments: `_sqlargs`)."""
     from ._frame import LineageDataFrame
-    from ._recipe import SqlQuery, set_recipe
+    from ._recipe import set_recipe
+    from ._sqlargs import SqlQueryArgs, drop_views, format_kwargs, named_markers
 
     spark = agent.spark
-    vanilla = spark.sql(text)  # Spark's own errors for a bad query, and the column names
+    kwargs = kwargs or {}
     if not agent.plumbing.capture:
-        return LineageDataFrame(agent, vanilla, Lineage())
-    names = [c for c in vanilla.columns if not is_hidden(c)]
-    rw = SqlRewriter(agent)
+        plain = {k: v._df if isinstance(v, LineageDataFrame) else v for k, v in kwargs.items()}
+        return LineageDataFrame(agent, spark.sql(text, args, **plain), Lineage())
+    views: dict[str, LineageDataFrame] = {}
+    if kwargs:
+        text, views = format_kwargs(agent, text, kwargs)
+    rw = None
     try:
+        # Spark's own errors for a bad query, and the column names.
+        vanilla = spark.sql(text, args)
+        names = [c for c in vanilla.columns if not is_hidden(c)]
+        text, params = named_markers(text, args)
+        rw = SqlRewriter(agent, params, views)
         rewritten, lin = rw.rewrite(text)
         run, frames, rewritten = rw.texts(rewritten)
-        df = spark.sql(run, **frames) if frames else spark.sql(rewritten)
+        df = spark.sql(run, params, **frames) if frames else spark.sql(rewritten, params)
     finally:
-        rw.drop_views()
+        if rw is not None:
+            rw.drop_views()
+        drop_views(agent, views)
     cols = list(df.columns)
     visible = [c for c in cols if not is_hidden(c)]
     if visible != names and len(visible) == len(names):
         it = iter(names)
         df = df.toDF(*[c if is_hidden(c) else next(it) for c in cols])
     frame = LineageDataFrame(agent, df, lin)
-    set_recipe(frame, SqlQuery(rewritten, dict(agent.views), list(df.columns)))
+    recipe = SqlQueryArgs(rewritten, {**agent.views, **views}, list(df.columns), params)
+    set_recipe(frame, recipe)
     return frame

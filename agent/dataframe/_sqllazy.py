@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 from . import _lazyagg
 from ._columns import fresh
 from ._lazyagg import atomic, deterministic_sql, filtered_sql, lazy_input
+from ._sqldialect import parse_one, to_sql
 
 if TYPE_CHECKING:
     from ._sql import Item, Rel, SqlRewriter
@@ -44,8 +45,6 @@ def lazy_block(
     rw: SqlRewriter, sel: Any, ctes: dict[str, Item], merged: str | None
 ) -> tuple[Any, Rel] | None:
     """The lazy form of the Select `sel` with its lineage, or None when it must be eager."""
-    import sqlglot
-
     from ._sql import ARRAY, Rel
 
     E = rw.E
@@ -69,7 +68,7 @@ def lazy_block(
         if not atomic(str(types.get(g.name.lower(), ""))):
             return None
     where = sel.args.get("where")
-    if where is not None and not deterministic_sql(where.this.sql(dialect="spark")):
+    if where is not None and not deterministic_sql(to_sql(where.this)):
         return None
     udfs = {n for n, u in rw.agent.udfs.registered.items() if u.captured}
     if any(str(f.this).lower() in udfs for f in sel.find_all(E.Anonymous)):
@@ -110,9 +109,9 @@ def lazy_block(
     )
     # The survivors computed now, once, and held in the plan when they are few
     # (`_lazyagg.survivors`), as a view `token` while the query is rewritten and analyzed.
-    query = survivors.sql(dialect="spark")
+    query = to_sql(survivors)
     try:
-        kept = _lazyagg.survivors(rw.agent.spark.sql(query))
+        kept = _lazyagg.survivors(rw.spark_sql(query))
     except Exception:  # not analyzable alone (correlated): the eager rewrite
         kept = None
     if kept is None:
@@ -121,10 +120,8 @@ def lazy_block(
     kept.createOrReplaceTempView(token)
     rw.survivors[token] = (kept, query)
     out = merged or fresh()
-    text = filtered_sql(
-        f"SELECT * FROM {token}", cols, m, names, pre.sql(dialect="spark"), ids, out
-    )
-    node = sqlglot.parse_one(text, read="spark")
+    text = filtered_sql(f"SELECT * FROM {token}", cols, m, names, to_sql(pre), ids, out)
+    node = parse_one(text)
     # (After a top-k, its ORDER BY and LIMIT again, not OFFSET: one sort in one task of
     # the k rows; a sort alone would sample them, running the join once more.)
     for key in ("with_", *(("order", "limit") if topk else _AFTER)):
@@ -179,7 +176,7 @@ def _output_names(rw: SqlRewriter, sel: Any, ctes: dict[str, Item]) -> list[str]
             plain = sel.copy()
             for key in ("with_", *_AFTER):
                 plain.set(key, None)
-            return rw.output_columns(plain.sql(dialect="spark"), ctes)
+            return rw.output_columns(to_sql(plain), ctes)
     return names
 
 

@@ -21,6 +21,7 @@ from typing import Any
 from .._rdd import UnsupportedOperation
 from ._columns import fresh, sql_name
 from ._pivot import FLOATING, pivot_first
+from ._sqldialect import to_sql
 
 
 def pivot_query(
@@ -40,7 +41,7 @@ def pivot_query(
     fields = pivot.args.get("fields") or []
     if len(fields) != 1 or not isinstance(fields[0], E.In) or isinstance(fields[0].this, E.Tuple):
         raise UnsupportedOperation("lc.sql: PIVOT over several columns at once")
-    column = fields[0].this.sql(dialect="spark")
+    column = to_sql(fields[0].this)
     values = [v.this if isinstance(v, E.PivotAlias) else v for v in fields[0].expressions]
     if any(isinstance(v, E.Tuple) for v in values):
         raise UnsupportedOperation("lc.sql: PIVOT over several columns at once")
@@ -51,9 +52,7 @@ def pivot_query(
     bare.set("alias", None)
     cols = ", ".join(sql_name(c) for c in visible)
     named = sql_name(alias)  # (the clause's columns may be qualified by it)
-    out = dtypes(
-        f"SELECT * FROM (SELECT {cols} FROM {src_sql}) AS {named} {bare.sql(dialect='spark')}"
-    )
+    out = dtypes(f"SELECT * FROM (SELECT {cols} FROM {src_sql}) AS {named} {to_sql(bare)}")
     nkeys = len(out) - len(values) * len(aggs)
     keys = [sql_name(n) for n, _ in out[:nkeys]]
 
@@ -62,7 +61,7 @@ def pivot_query(
     group = ", ".join([*keys, column])
     first = (
         f"SELECT {''.join(k + ', ' for k in keys)}{column} AS {p}, "
-        + "".join(f"{x.sql(dialect='spark')} AS {n}, " for x, n in zip(aggs, a))
+        + "".join(f"{to_sql(x)} AS {n}, " for x, n in zip(aggs, a))
         + f"{ids_sql} AS {ids} FROM {src_sql} GROUP BY {group}"
     )
     types = dict(dtypes(first))
@@ -74,7 +73,7 @@ def pivot_query(
             "type are supported"
         )
     ptype = types[p]
-    match = [f"{p} <=> CAST(({v.sql(dialect='spark')}) AS {ptype})" for v in values]
+    match = [f"{p} <=> CAST(({to_sql(v)}) AS {ptype})" for v in values]
     if ptype in FLOATING:  # (NaN matches no value, as in Spark's pivot)
         match = [f"{m} AND NOT isnan({p})" for m in match]
     inside = " OR ".join(f"({m})" for m in match) if match else "false"
