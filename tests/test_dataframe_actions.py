@@ -170,6 +170,18 @@ def test_capture_off_leaves_the_plan_untouched(spark, repo, sales):
     assert q.collect() == vq.collect()
 
 
+def test_capture_off_broadcast_function(spark, repo, sales):
+    """`F.broadcast(df)` of a frame of a context with capture off joins as vanilla's."""
+    path, _, _ = sales
+    lc = LineageContext(spark, repo, capture=False)
+    d = lc.read.csv(path, header=True, schema=SCHEMA)
+    v = spark.read.csv(path, header=True, schema=SCHEMA)
+    o = lc.createDataFrame([(1, "north")], "id INT, region STRING")
+    vo = spark.createDataFrame([(1, "north")], "id INT, region STRING")
+    q = d.join(F.broadcast(o), ["id", "region"])
+    assert sorted(q.collect()) == sorted(v.join(F.broadcast(vo), ["id", "region"]).collect())
+
+
 def test_group_ids_come_back_exactly_as_joined_strings(spark):
     """Actions bring a group's ids back as one comma-joined string: every id survives
     exactly (ids pass 2**53), nulls inside and null or empty arrays give no parent."""

@@ -5,6 +5,8 @@ on it, and the rows equal vanilla PySpark's."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 
 import _dfref as R
@@ -12,6 +14,7 @@ import pytest
 from _dfcheck import Data, check, make_data, tables
 from pyspark.sql import Window
 from pyspark.sql import functions as F
+from pyspark.sql.functions import broadcast
 
 pytestmark = pytest.mark.spark
 
@@ -148,6 +151,42 @@ def test_join_on_condition(lc, spark, data, how):
             ref,
             ["o", "st", "i", "price"],
         )
+
+
+def test_broadcast_function_of_a_captured_frame(lc, spark, data):
+    """`broadcast(df)` (imported before the context exists) of a captured frame joins as
+    `df.hint("broadcast")`: vanilla's rows and plan (a broadcast join), both sides'
+    lineage; the join is recorded with the captured frame (replay rebuilds it)."""
+    from agent.dataframe._recipe import recipe_of
+
+    def build(t):
+        small = t["customers"].where("ckey < 6")
+        return t["orders"].join(broadcast(small), "ckey").select("okey", "name")
+
+    def ref(T):
+        c = R.where(T["customers"], lambda r: r["ckey"] < 6)
+        j = R.join(T["orders"], c, lambda a, b: a["ckey"] == b["ckey"])
+        return R.select(j, lambda r: {"okey": r["okey"], "name": r["name"]})
+
+    q = check(lc, spark, data, build, ref, ["okey", "name"])
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        q.dataframe.explain()
+    assert "BroadcastHashJoin" in buf.getvalue()
+    joined = recipe_of(q).receiver
+    assert recipe_of(joined).method == "join"
+    assert type(recipe_of(joined).args[0]).__name__ == "LineageDataFrame"
+
+
+def test_a_vanilla_method_given_a_captured_frame_raises(lc, data):
+    """A vanilla DataFrame's method reading a captured frame (its hidden columns too)
+    raises UnsupportedOperation (`hasattr(df, "_jdf")` is still false)."""
+    from agent import UnsupportedOperation
+
+    o = tables(lc.read, data)["orders"]
+    with pytest.raises(UnsupportedOperation, match="own methods"):
+        broadcast(tables(lc.read, data)["customers"]).join(o, "ckey")
+    assert not hasattr(o, "_jdf")
 
 
 def test_cross_join(lc, spark, data):

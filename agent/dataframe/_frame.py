@@ -9,6 +9,8 @@ silently losing lineage.
 from __future__ import annotations
 
 import re
+import sys
+import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from functools import reduce
@@ -137,6 +139,46 @@ def _mentions(name: str, hidden: tuple[str, ...]) -> bool:
 
 _CONNECT = "pyspark.sql.connect"
 
+# Frames whose JVM Dataset PySpark's `F.broadcast` took (`LineageDataFrame._jdf`), latest
+# last: `join` / `crossJoin` take its vanilla DataFrame back as the frame they were given.
+_LENT: list[weakref.ref] = []
+_LENT_KEPT = 16
+
+
+class _NotVanilla(UnsupportedOperation, AttributeError):
+    """A vanilla PySpark API read a captured frame's JVM Dataset (an AttributeError too,
+    so that `hasattr` still says no)."""
+
+
+def recorded_as(name: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """A method whose calls are recorded (`_recipe`) as calls of the public method `name`,
+    which prepares its arguments and calls it: replay calls `name` again."""
+    from ._recipe import _recording
+
+    return lambda method: _recording(name, method)
+
+
+def _taken_back(other: Any) -> Any:
+    """`other`, or the captured frame it is `F.broadcast` of (that frame hinted for a
+    broadcast, as `df.hint("broadcast")`): a vanilla DataFrame whose plan is Spark's the
+    same as a lent frame's visible columns hinted."""
+    from pyspark.sql import DataFrame
+
+    if not isinstance(other, DataFrame) or not _LENT:
+        return other
+    for ref in reversed(_LENT):
+        frame = ref()
+        if frame is None:
+            continue
+        try:
+            with _quiet():
+                same = other.sameSemantics(frame._visible_df().hint("broadcast"))
+        except Exception:  # another session's DataFrame, ...
+            continue
+        if same:
+            return frame.hint("broadcast")
+    return other
+
 
 def _flat(cols: tuple) -> list:
     if len(cols) == 1 and isinstance(cols[0], list | tuple):
@@ -170,8 +212,6 @@ def _flat(cols: tuple) -> list:
     "dropna",
     "fillna",
     "replace",
-    "join",
-    "crossJoin",
     "union",
     "unionAll",
     "unionByName",
@@ -443,6 +483,13 @@ class LineageDataFrame:
         raise TypeError(f"unexpected item type: {type(item).__name__}")
 
     def __getattr__(self, name: str) -> Any:
+        if name == "_jdf":
+            raise _NotVanilla(
+                f"a captured DataFrame passed to PySpark's {sys._getframe(1).f_code.co_name} "
+                "(a vanilla DataFrame's method or a function that reads its JVM Dataset) "
+                "with lineage capture: call the captured DataFrame's own methods (to "
+                "broadcast it, df.hint('broadcast'))"
+            )
         if name.startswith("_"):
             raise AttributeError(name)
         from pyspark.sql import DataFrame
@@ -730,6 +777,31 @@ class LineageDataFrame:
     # -- joins and set operations ------------------------------------------------------------
 
     def join(self, other: Any, on: Any = None, how: str | None = None) -> LineageDataFrame:
+        # (Recorded with `other` taken back: see `_taken_back`.)
+        return self._join(_taken_back(other), on, how)
+
+    def crossJoin(self, other: Any) -> LineageDataFrame:
+        return self._cross_join(_taken_back(other))
+
+    @property
+    def _jdf(self) -> Any:
+        """The JVM Dataset, which classic PySpark's `F.broadcast(df)` reads to return a
+        vanilla DataFrame hinted for broadcast: it is given the visible columns' (vanilla's
+        rows), and `join` / `crossJoin` take that DataFrame back as this frame hinted
+        (`_taken_back`), its lineage kept. Anything else that reads it (a vanilla
+        DataFrame's method given this frame) is refused: it would see the hidden columns."""
+        caller = sys._getframe(1)
+        if caller.f_code.co_name == "broadcast" and str(
+            caller.f_globals.get("__name__", "")
+        ).startswith("pyspark.sql"):
+            _LENT.append(weakref.ref(self))
+            del _LENT[:-_LENT_KEPT]
+            return self._visible_df()._jdf
+        # (Python then asks `__getattr__`, which raises the error.)
+        raise AttributeError("_jdf")
+
+    @recorded_as("join")
+    def _join(self, other: Any, on: Any = None, how: str | None = None) -> LineageDataFrame:
         other = self._agent.frame_of(other, "join")
         if isinstance(on, Column) or (isinstance(on, list | tuple) and on):
             conditions = [on] if isinstance(on, Column) else list(on)
@@ -768,7 +840,8 @@ class LineageDataFrame:
         out = joined.groupBy(rowkey).agg(*firsts, collected(F, rlin, matched))
         return self._new(out.select(*[quoted(c) for c in self._all_columns], matched), lin)
 
-    def crossJoin(self, other: Any) -> LineageDataFrame:
+    @recorded_as("crossJoin")
+    def _cross_join(self, other: Any) -> LineageDataFrame:
         other = self._agent.frame_of(other, "crossJoin")
         right, rlin = other._df, other._lin
         clash = {n: fresh() for n in rlin.names if n in self._lin.names}
