@@ -712,9 +712,83 @@ def test_window_rank_only_keeps_the_row(lc, spark, data):
     check(lc, spark, data, build, ref, ["okey", "status", "r"])
 
 
-def test_window_over_an_expression_is_refused(lc, data):
+@pytest.fixture(params=["spec", "text"])
+def window_specs(request, monkeypatch):
+    """How windows' lineage columns take their window: "spec", the WindowSpec `over` was
+    given (remembered by the agent's wrapper of `Column.over`); "text", rebuilt from the
+    column's text, as for a window made before the wrapper or whose text another spec
+    printed too."""
+    from agent.dataframe import _windows
+
+    monkeypatch.setattr(_windows, "_SPECS", {})
+    if request.param == "text":
+        monkeypatch.setattr(_windows, "_record", lambda out, window: None)
+    return request.param
+
+
+@pytest.mark.parametrize("expression", [False, True], ids=["spaced-name", "expression"])
+def test_window_over_a_spaced_name_and_an_expression(lc, spark, data, window_specs, expression):
+    """A window over a column whose name has a space (printed unquoted) is a window over
+    that column; over an expression it needs the WindowSpec (its text is not SQL): rebuilt
+    from the text, it is refused."""
     from agent import UnsupportedOperation
 
-    o = tables(lc.read, data)["orders"]
-    with pytest.raises(UnsupportedOperation, match="expression"):
-        o.select(F.sum("okey").over(Window.partitionBy(F.col("ckey") + 1)))
+    def build(t):
+        o = t["orders"].where("okey < 40").withColumnRenamed("status", "the status")
+        part = (F.col("ckey") % 3) if expression else "the status"
+        w = Window.partitionBy(part).orderBy("okey")
+        return o.select("okey", F.sum("okey").over(w).alias("running"))
+
+    def ref(T):
+        o = R.where(T["orders"], lambda r: r["okey"] < 40)
+        part = (lambda r: r["ckey"] % 3) if expression else (lambda r: r["status"])
+        out = []
+        for r, lin in o:
+            frame = [(x, xl) for x, xl in o if part(x) == part(r) and x["okey"] <= r["okey"]]
+            row = {"okey": r["okey"], "running": sum(x["okey"] for x, _ in frame)}
+            out.append((row, lin.union(*(xl for _, xl in frame))))
+        return out
+
+    if expression and window_specs == "text":
+        with pytest.raises(UnsupportedOperation, match="expression"):
+            build(tables(lc.read, data))
+    else:
+        check(lc, spark, data, build, ref, ["okey", "running"])
+
+
+def test_window_over_one_side_of_a_join_with_repeated_names(lc, spark, data, window_specs):
+    """A window partitioned by `i["okey"]` after a join where both sides have `okey`: its
+    frame's lineage over that side's column; rebuilt from the text (`okey`, ambiguous) it
+    raises UnsupportedOperation, not Spark's AMBIGUOUS_REFERENCE."""
+    from agent import UnsupportedOperation
+
+    def build(t):
+        o, i = t["orders"].where("okey < 12"), t["items"]
+        w = Window.partitionBy(i["okey"])
+        return o.join(i, o.okey == i.qty).select(
+            o["okey"].alias("o"),
+            i["okey"].alias("i"),
+            F.count("*").over(w).alias("n"),
+            F.max(o["okey"]).over(w).alias("top"),
+        )
+
+    def ref(T):
+        o = R.where(T["orders"], lambda r: r["okey"] < 12)
+        j = R.join(
+            o,
+            T["items"],
+            lambda a, b: a["okey"] == b["qty"],
+            merge=lambda a, b: {"o": a["okey"], "i": b["okey"]},
+        )
+        out = []
+        for r, lin in j:
+            part = [(x, xl) for x, xl in j if x["i"] == r["i"]]
+            row = {**r, "n": len(part), "top": max(x["o"] for x, _ in part)}
+            out.append((row, lin.union(*(xl for _, xl in part))))
+        return out
+
+    if window_specs == "spec":
+        check(lc, spark, data, build, ref, ["o", "i", "n", "top"])
+    else:
+        with pytest.raises(UnsupportedOperation, match="rename"):
+            build(tables(lc.read, data))

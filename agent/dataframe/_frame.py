@@ -546,6 +546,7 @@ class LineageDataFrame:
             # select(sum(x)) is a global aggregate: it cannot also carry row columns.
             if "MISSING_GROUP_BY" in str(e) or "MISSING_AGGREGATION" in str(e):
                 return self.agg(*cols)
+            self._window_refused(e, extra, lambda df: df.select(*cols))
             raise
         if CURRENT in names:  # a star took it along
             base = base.drop(CURRENT)
@@ -567,10 +568,30 @@ class LineageDataFrame:
         values = self._unstarred([mapping[n] for n in names], "withColumns", _selected)
         cols, extra = _windows.with_frames(self, tuple(values))
         src = self._src(*cols)
-        out = src.withColumns({**dict(zip(names, cols)), **{e.name: e.column for e in extra}})
+        try:
+            out = src.withColumns({**dict(zip(names, cols)), **{e.name: e.column for e in extra}})
+        except Exception as e:
+            self._window_refused(e, extra, lambda df: df.withColumns(dict(zip(names, cols))))
+            raise
         if src is not self._df:
             out = out.drop(CURRENT)
         return self._windowed(out, extra)
+
+    def _window_refused(
+        self, error: BaseException, extra: list[_windows.Extra], vanilla: Callable[[Any], Any]
+    ) -> None:
+        """After `error` building windows' lineage columns (`extra`) rebuilt from their
+        text: where a name in it is ambiguous (a join's both sides have the column the
+        window takes from one, `t["g"]`), vanilla's error if the operator fails over the
+        visible columns too, else UnsupportedOperation."""
+        if not extra or "AMBIGUOUS_REFERENCE" not in str(error):
+            return
+        vanilla(self._visible_df())
+        raise UnsupportedOperation(
+            "a window over a column whose name other columns have too (a join's both sides) "
+            "with lineage capture, its WindowSpec not known (made before the context, or "
+            "another spec printed the same): rename the column apart before the join"
+        ) from error
 
     def _windowed(
         self, df: Any, extra: list[_windows.Extra], columns: list[str] | None = None

@@ -9,15 +9,22 @@
 
 A Column is opaque in PySpark's public API, but its string form (`str(col)`, the same in
 classic PySpark and Spark Connect) spells each window expression as
-`func(args) OVER (PARTITION BY ... ORDER BY ... frame)`. The window part is re-used as SQL
-text for the lineage columns; a window whose spec is not plain SQL there (e.g. partitioned by
-an expression, which prints in prefix form) is refused with `UnsupportedOperation` naming it.
+`func(args) OVER (PARTITION BY ... ORDER BY ... frame)`. The lineage columns take the same
+window: the WindowSpec itself when `Column.over` gave it (PySpark's `over` is wrapped, once
+per process, to remember the spec each window's text was made with: a spec bound to its
+DataFrame's columns, `t["g"]` after a join where both sides have `g`, or an expression, which
+the text cannot name), else the window part re-used as SQL text, where a column's name is
+quoted; a window whose spec is not plain SQL there (e.g. partitioned by an expression, which
+prints in prefix form) is refused with `UnsupportedOperation` naming it, and so is one whose
+text names a column several columns are called (a join's both sides).
 """
 
 from __future__ import annotations
 
+import importlib
 import itertools
 import re
+import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -173,8 +180,10 @@ def windows_in(text: str) -> list[tuple[str, str, str]]:
     return out
 
 
-def _sql_spec(spec: str, where: str) -> str:
-    """The window spec as Spark SQL text (frame bounds spelled as SQL)."""
+def _sql_spec(spec: str, where: str, columns: list[str] | None = None) -> str:
+    """The window spec as Spark SQL text (frame bounds spelled as SQL; a term that is one of
+    `columns`, a frame's visible column names, quoted: PySpark prints `partitionBy("my g")`
+    unquoted)."""
 
     def bound(b: str) -> str:
         b = b.upper()
@@ -184,15 +193,24 @@ def _sql_spec(spec: str, where: str) -> str:
         return "CURRENT ROW" if n == 0 else f"{abs(n)} {'PRECEDING' if n < 0 else 'FOLLOWING'}"
 
     spec = _FRAME.sub(lambda m: f"{m[1]} BETWEEN {bound(m[2])} AND {bound(m[3])}", spec)
-    body = re.sub(r"\b(ROWS|RANGE)\s+BETWEEN.*$", "", spec, flags=re.IGNORECASE)
-    for part in re.split(r"\bPARTITION BY\b|\bORDER BY\b|,", body, flags=re.IGNORECASE):
-        term = re.sub(r"\s+(ASC|DESC)(\s+NULLS\s+(FIRST|LAST))?\s*$", "", part.strip(), flags=re.I)
-        if term and not _PLAIN.match(term):
-            raise UnsupportedOperation(
-                f"a window over an expression ({term}) in {where}: add it as a column first "
-                "(withColumn) and window over that column"
-            )
-    return spec
+    frame = re.search(r"\b(ROWS|RANGE)\s+BETWEEN.*$", spec, flags=re.IGNORECASE)
+    body = spec[: frame.start()] if frame else spec
+    out = []
+    for piece in re.split(r"(\bPARTITION BY\b|\bORDER BY\b|,)", body, flags=re.IGNORECASE):
+        if re.fullmatch(r"PARTITION BY|ORDER BY|,", piece.strip(), flags=re.I) or not piece.strip():
+            out.append(piece)
+            continue
+        order = re.search(r"\s+(ASC|DESC)(\s+NULLS\s+(FIRST|LAST))?\s*$", piece, flags=re.I)
+        term = (piece[: order.start()] if order else piece).strip()
+        if not _PLAIN.match(term):
+            if columns is None or term not in columns:
+                raise UnsupportedOperation(
+                    f"a window over an expression ({term}) in {where}: add it as a column "
+                    "first (withColumn) and window over that column"
+                )
+            term = "`" + term.replace("`", "``") + "`"
+        out.append(f" {term}{order.group(0) if order else ''} ")
+    return "".join(out) + (frame.group(0) if frame else "")
 
 
 def _offset(args: str) -> int:
@@ -218,7 +236,11 @@ def with_frames(frame: Any, cols: tuple) -> tuple[tuple, list[Extra]]:
             if key in seen or name in RANKING:
                 continue
             seen.add(key)
-            sql = _sql_spec(spec, text)
+            window = _SPECS.get(spec)
+            if window is not None:
+                extra += _over(F, lin, name, args, window)
+                continue
+            sql = _sql_spec(spec, text, frame.columns)
             if name in OFFSET:
                 n = _offset(args)
                 for h in lin.longs:
@@ -238,3 +260,67 @@ def with_frames(frame: Any, cols: tuple) -> tuple[tuple, list[Extra]]:
 
 def column(c: Column | str) -> str:
     return column_text(c)
+
+
+def _over(F: Any, lin: Any, name: str, args: str, window: Any) -> list[Extra]:
+    """The lineage columns of window function `name` (its arguments' text `args`) over the
+    WindowSpec `window`, as `with_frames` makes them from SQL text."""
+    if name in OFFSET:
+        shifted = getattr(F, name)
+        n = _offset(args)
+        out = [Extra(fresh(), "long", shifted(F.col(h), n).over(window)) for h in lin.longs]
+        return out + [
+            Extra(fresh(), "array", shifted(F.col(h), n).over(window)) for h in lin.arrays
+        ]
+    parts = [F.collect_list(F.col(h)).over(window) for h in lin.longs]
+    parts += [F.flatten(F.collect_list(F.col(h)).over(window)) for h in lin.arrays]
+    if not parts:
+        return []
+    return [Extra(fresh(), "array", parts[0] if len(parts) == 1 else F.concat(*parts))]
+
+
+# The WindowSpec each window's spec text was made with by `Column.over` (None: specs that
+# print the same were given, which one a column has is not known), the latest `_KEPT`.
+_SPECS: dict[str, Any] = {}
+_KEPT = 1024
+
+
+def _record(out: Any, window: Any) -> None:
+    try:
+        found = windows_in(column_text(out))
+    except Exception:  # a text this module cannot read: the column is refused later
+        return
+    if len(found) != 1:
+        return
+    spec = found[0][2]
+    known = _SPECS.pop(spec, window)
+    _SPECS[spec] = window if known is window else None
+    while len(_SPECS) > _KEPT:
+        del _SPECS[next(iter(_SPECS))]
+
+
+def remember_windows() -> None:
+    """Wrap PySpark's `Column.over` (classic, and Spark Connect's once loaded), once per
+    process, to remember each window's WindowSpec (`_record`): the same calls and results."""
+    for module in ("pyspark.sql.classic.column", "pyspark.sql.connect.column"):
+        if module not in sys.modules and module.endswith("connect.column"):
+            continue  # (loaded with a Spark Connect session, before its context)
+        try:
+            cls = importlib.import_module(module).Column
+        except Exception:  # this PySpark has no such module
+            continue
+        original = cls.__dict__.get("over")
+        if original is None or getattr(original, "_provrepo_remembers", False):
+            continue
+
+        def over(self: Any, window: Any, _original: Any = original) -> Any:
+            out = _original(self, window)
+            _record(out, window)
+            return out
+
+        over.__doc__ = original.__doc__
+        over._provrepo_remembers = True  # type: ignore[attr-defined]
+        cls.over = over
+
+
+remember_windows()
