@@ -182,6 +182,22 @@ def test_capture_off_broadcast_function(spark, repo, sales):
     assert sorted(q.collect()) == sorted(v.join(F.broadcast(vo), ["id", "region"]).collect())
 
 
+def test_capture_off_dict_aggregate_is_sparks(spark, repo, sales):
+    """`agg(dict)` with capture off is Spark's own dict aggregate: names (`avg`,
+    `stddev`) and column order as vanilla's."""
+    path, _, _ = sales
+    lc = LineageContext(spark, repo, capture=False)
+    d = lc.read.csv(path, header=True, schema=SCHEMA)
+    v = spark.read.csv(path, header=True, schema=SCHEMA)
+    spec = {"amount": "mean", "id": "std", "*": "count"}
+    for q, vq in (
+        (d.groupBy("region").agg(spec), v.groupBy("region").agg(spec)),
+        (d.agg(spec), v.agg(spec)),
+    ):
+        assert q.columns == vq.columns
+        assert sorted(q.collect()) == sorted(vq.collect())
+
+
 def test_group_ids_come_back_exactly_as_joined_strings(spark):
     """Actions bring a group's ids back as one comma-joined string: every id survives
     exactly (ids pass 2**53), nulls inside and null or empty arrays give no parent."""

@@ -284,6 +284,46 @@ def test_aggregate_functions(lc, spark, data):
     check(lc, spark, data, build, ref, ["qty", "n", "s", "a", "lo", "hi", "d", "set"])
 
 
+@pytest.mark.parametrize("grouped", [True, False], ids=["groupBy", "global"])
+def test_dict_aggregate_is_sparks(lc, spark, data, grouped):
+    """`agg({column: function})` is Spark's own dict aggregate: its spellings (`mean` and
+    `average` are `avg`, `std` is `stddev`, `*` counts rows), names and column order (a
+    Java map's), each group's rows as lineage."""
+    import statistics
+
+    spec = {"price": "mean", "qty": "std", "okey": "average", "*": "count"}
+
+    def build(t):
+        items = t["items"].where("price > 30")
+        return (items.groupBy("qty") if grouped else items).agg(spec)
+
+    def ref(T):
+        items = R.where(T["items"], lambda r: r["price"] > 30)
+
+        def values(k, rs):
+            okeys = [r["okey"] for r in rs if r["okey"] is not None]
+            qty = [r["qty"] for r in rs]
+            return {
+                **({"qty": k[0]} if grouped else {}),
+                "avg(price)": sum(r["price"] for r in rs) / len(rs),
+                "stddev(qty)": statistics.stdev(qty) if len(qty) > 1 else None,
+                "avg(okey)": sum(okeys) / len(okeys) if okeys else None,
+                "count(1)": len(rs),
+            }
+
+        return R.group(items, (lambda r: (r["qty"],)) if grouped else (lambda r: ()), values)
+
+    cols = build(tables(spark.read, data)).columns
+    assert set(cols) == {
+        *(["qty"] if grouped else []),
+        "avg(price)",
+        "stddev(qty)",
+        "avg(okey)",
+        "count(1)",
+    }
+    check(lc, spark, data, build, ref, cols)
+
+
 def test_global_aggregate(lc, spark, data):
     def build(t):
         return t["items"].where("qty = 3").agg(F.sum("qty").alias("s"), F.count("okey").alias("c"))

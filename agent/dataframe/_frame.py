@@ -1179,10 +1179,10 @@ class LineageGroupedData:
     def agg(self, *exprs: Any) -> LineageDataFrame:
         frame = self._frame
         if len(exprs) == 1 and isinstance(exprs[0], dict):
-            exprs = tuple(
-                F.expr(f"{fn}({'*' if c == '*' else '`' + c.replace('`', '``') + '`'})")
-                for c, fn in exprs[0].items()
-            )
+            if not frame._lin:  # Spark's own dict aggregate
+                grouped = self._vanilla if self._pivot is not None else self._grouped(frame._df)
+                return frame._new(grouped.agg(exprs[0]))
+            exprs = self._dict_exprs(exprs[0])
         exprs = tuple(frame._unstarred(_flat(exprs), "agg", self._aggregated))
         if self._pivot is not None:
             if not frame._lin:
@@ -1195,6 +1195,38 @@ class LineageGroupedData:
         if self._calls_pandas_aggregate(exprs):
             return self._pandas_aggregate(exprs)
         return frame._agent.aggregate(frame, self._grouped, self._cols, list(exprs), self._kind)
+
+    def _dict_exprs(self, spec: dict) -> tuple:
+        """`agg({column: function})` as the columns Spark's own dict aggregate makes: its
+        spellings (`mean` / `average` are `avg`, `std` is `stddev`, `size` is `count`, `*`
+        counts rows), its order (a Java map's) and names, checked against it by Spark
+        (`sameSemantics`, names, types) over the visible columns."""
+        spelled = {"average": "avg", "mean": "avg", "std": "stddev", "size": "count"}
+        mine = []
+        for c, fn in spec.items():
+            name = spelled.get(str(fn).lower(), str(fn))
+            if c == "*" and name.lower() == "count":
+                mine.append(F.count(F.lit(1)))
+            else:
+                mine.append(F.call_function(name, F.col(c)))
+        visible = self._frame._visible_df()
+        want = self._grouped(visible).agg(spec)  # vanilla's (its error, if any)
+        with _quiet():
+            try:
+                names = list(self._grouped(visible).agg(*mine).columns)
+                keys = len(names) - len(mine)
+                order = {n: i for i, n in enumerate(names[keys:])}
+                if len(order) == len(mine) and set(order) == set(want.columns[keys:]):
+                    mine = [mine[order[n]] for n in want.columns[keys:]]
+                    got = self._grouped(visible).agg(*mine)
+                    if got.schema == want.schema and want.sameSemantics(got):
+                        return tuple(mine)
+            except Exception:  # not the same aggregate: refused below
+                pass
+        raise UnsupportedOperation(
+            f"agg({spec!r}) with lineage capture: its columns could not be made as Spark's "
+            "dict aggregate makes them; pass the aggregate Columns instead"
+        )
 
     def _calls_pandas_aggregate(self, exprs: tuple) -> bool:
         """Whether `exprs` call a grouped-aggregate pandas UDF, which Spark allows beside no
