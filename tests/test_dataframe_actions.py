@@ -198,6 +198,22 @@ def test_capture_off_dict_aggregate_is_sparks(spark, repo, sales):
         assert sorted(q.collect()) == sorted(vq.collect())
 
 
+def test_attributes_that_describe_the_frame(lc, spark, sales):
+    """`is_cached`, `sameSemantics` and `semanticHash` answer as vanilla's do, over the
+    visible columns (they raised AttributeError / PySparkTypeError)."""
+    path, _, _ = sales
+    d = lc.read.csv(path, header=True, schema=SCHEMA)
+    v = spark.read.csv(path, header=True, schema=SCHEMA)
+    big = d.where("amount > 3")
+    assert d.is_cached is False and v.is_cached is False
+    assert big.cache().is_cached is True
+    assert big.unpersist().is_cached is False
+    assert d.sameSemantics(d) and big.sameSemantics(big)
+    assert not d.sameSemantics(big) and not big.sameSemantics(v.where("amount > 3"))
+    assert isinstance(d.semanticHash(), int)
+    assert d.semanticHash() == d.semanticHash() != big.semanticHash()
+
+
 def test_group_ids_come_back_exactly_as_joined_strings(spark):
     """Actions bring a group's ids back as one comma-joined string: every id survives
     exactly (ids pass 2**53), nulls inside and null or empty arrays give no parent."""

@@ -52,8 +52,6 @@ _PASSTHROUGH = (
     "storageLevel",
     "sparkSession",
     "inputFiles",
-    "semanticHash",
-    "sameSemantics",
 )
 
 _JOIN_HOWS = {
@@ -470,6 +468,24 @@ class LineageDataFrame:
 
     def printSchema(self, level: int | None = None) -> None:
         self._visible_df().printSchema(level)
+
+    @property
+    def is_cached(self) -> bool:
+        """Whether `cache()` / `persist()` was called (and not `unpersist()` since), as
+        vanilla's attribute says."""
+        return bool(getattr(self._df, "is_cached", self._cached))
+
+    def semanticHash(self) -> int:
+        """Spark's hash of the plan of the visible columns (hidden ones dropped)."""
+        return int(self._visible_df().semanticHash())
+
+    def sameSemantics(self, other: Any) -> bool:
+        """Whether Spark finds this frame's plan and `other`'s (a captured frame or a
+        vanilla DataFrame) the same, over their visible columns. Two captured reads of one
+        file are two sources (their ids differ), unlike two vanilla reads."""
+        if isinstance(other, LineageDataFrame):
+            other = other._visible_df()
+        return bool(self._visible_df().sameSemantics(other))
 
     def __getitem__(self, item: Any) -> Any:
         if isinstance(item, str):
