@@ -372,7 +372,7 @@ def test_replay_refuses_unseeded_randomness(spark, repo, files):
         r"lc.sql query with TABLESAMPLE": [
             lc.sql("SELECT okey FROM orders TABLESAMPLE (50 PERCENT)")
         ],
-        r"lc.sql query with RAND\(\)": [lc.sql("SELECT okey, rand() AS r FROM orders")],
+        r"lc.sql query with rand\(\)": [lc.sql("SELECT okey, rand() AS r FROM orders")],
     }
     for match, queries in refused.items():
         for q in queries:
