@@ -27,13 +27,12 @@ from ._trace_tasks import (
     FilterTask,
     HopTask,
     MergeParts,
-    StoppedIn,
     as_part,
     as_row,
     is_next,
+    is_stop,
     join_parts,
     route,
-    source_cp,
     split_ids,
 )
 
@@ -83,7 +82,7 @@ class SparkSet:
         self, forward: bool, depth: int | None = None, ends: list[np.ndarray] | None = None
     ) -> SparkSet:
         """`LineageIndex.trace` on Spark: hop until nothing moves (or `depth` hops); records
-        of a capture point that reached nothing stay in the result. `ends`: records the
+        where a trace ends (`LineageIndex.ends_at`) are the result. `ends`: records the
         driver already found stopped (a trace handed over mid-way)."""
         stopped = []
         if ends:
@@ -92,9 +91,8 @@ class SparkSet:
         while depth is None or hops < depth:
             out = level.mapPartitions(HopTask(self.path, self.run, forward)).cache()
             held.append(out)
-            moved = set(out.filter(is_next).map(source_cp).distinct().collect())
-            stopped.append(out.filter(StoppedIn(moved)).map(as_part))
-            if not moved:
+            stopped.append(out.filter(is_stop).map(as_part))
+            if out.filter(is_next).isEmpty():
                 break
             level = _routed(out.filter(is_next).map(as_part), self.n).cache()
             held.append(level)

@@ -75,9 +75,9 @@ class MergeParts:
 
 class HopTask:
     """One hop of a trace over a task's parts: ("next", source cp, key, positions) for the
-    records reached, ("stop", source cp, key, positions) for records of a capture point whose
-    records here reached nothing (the driver keeps those whose capture point reached nothing
-    in any task, as `LineageIndex.trace` does)."""
+    records reached, ("stop", source cp, key, positions) for records where the trace ends
+    (`LineageIndex.ends_at`), as `LineageIndex.trace` does; records that reach nothing
+    elsewhere are dropped."""
 
     def __init__(self, path: str, run: str, forward: bool) -> None:
         self.path = path
@@ -90,14 +90,15 @@ class HopTask:
         for k, p in parts:
             by_cp.setdefault(k >> PARTITION_BITS, []).append((k, p))
         for cp, mine in sorted(by_cp.items()):
-            ids = join_parts(sorted(mine, key=lambda kp: kp[0]))
-            moved = ix.children(self.run, ids) if self.forward else ix.parents(self.run, ids)
-            if len(moved):
-                for k, p in split_ids(moved):
-                    yield "next", cp, k, p
-            else:
+            if ix.ends_at(self.run, cp, self.forward):
                 for k, p in mine:
                     yield "stop", cp, k, p
+            if not ix.may_move(self.run, cp, self.forward):
+                continue
+            ids = join_parts(sorted(mine, key=lambda kp: kp[0]))
+            moved = ix.children(self.run, ids) if self.forward else ix.parents(self.run, ids)
+            for k, p in split_ids(moved):
+                yield "next", cp, k, p
 
 
 class CountTask:
@@ -149,22 +150,12 @@ def is_next(t: tuple[str, int, int, np.ndarray]) -> bool:
     return t[0] == "next"
 
 
-def source_cp(t: tuple[str, int, int, np.ndarray]) -> int:
-    return t[1]
-
-
 def as_part(t: tuple[str, int, int, np.ndarray]) -> Part:
     return t[2], t[3]
 
 
-class StoppedIn:
-    """Hop outputs that stopped, of capture points that reached nothing in any task."""
-
-    def __init__(self, moved: set[int]) -> None:
-        self.moved = moved
-
-    def __call__(self, t: tuple[str, int, int, np.ndarray]) -> bool:
-        return t[0] == "stop" and t[1] not in self.moved
+def is_stop(t: tuple[str, int, int, np.ndarray]) -> bool:
+    return t[0] == "stop"
 
 
 class AtCapturePoints:

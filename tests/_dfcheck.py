@@ -146,7 +146,8 @@ def check(
             rids = index.records_at(lc.run_id, data.path(name), offset + 1)
             assert len(rids) == 1 + (name in again), (name, line)
             fwd = LineageRDD(lc.repo, lc.run_id, np.array(rids)).go_next_all().record_ids
-            fwd = fwd[unpack_record_ids(fwd)[0] == out_cp]
+            # Outputs only: a line no output depends on reaches nothing (not itself).
+            assert (unpack_record_ids(fwd)[0] == out_cp).all(), (name, line)
             positions = unpack_record_ids(fwd)[2].tolist()
             got_rows = Counter(R.key_of(rows[p], cols) for p in positions)
             want_rows = Counter(R.key_of(r, cols) for r, l2 in expected if (name, line) in l2)

@@ -99,26 +99,22 @@ class Graph:
         )
 
     def forward_trace(self, rid: int, alive: set[int] | None = None) -> set[int]:
-        """As `LineageIndex.trace(forward=True)`: hop per capture point until nothing moves;
-        records that cannot move stay in the result."""
+        """As `LineageIndex.trace(forward=True)`, record by record: every output (SEND)
+        record reached, and every record reached at a capture point feeding none other than a
+        source; a record elsewhere that reaches nothing (a line no key took) is not."""
         from journals import unpack_record_id
 
+        feeds = {p for _c, _t, _e, parents, _d in CPS.values() for p in parents}
         frontier, ends = {rid}, set()
-        while True:
-            nxt, moved_any = set(), False
-            by_cp: dict[int, set[int]] = defaultdict(set)
+        while frontier:
+            nxt = set()
             for r in frontier:
-                by_cp[unpack_record_id(r)[0]].add(r)
-            for group in by_cp.values():
-                kids = self.children_of(group, alive)
-                if kids:
-                    nxt |= kids
-                    moved_any = True
-                else:
-                    ends |= group
-            if not moved_any:
-                return ends
+                cp = unpack_record_id(r)[0]
+                if CPS[cp][2] == "SEND" or (cp not in feeds and CPS[cp][2] != "RECEIVE"):
+                    ends.add(r)
+                nxt |= self.children_of({r}, alive)
             frontier = nxt
+        return ends
 
     def batches(self, split: bool = False, time_ns: int = 2_000) -> list[LineageBatch]:
         """One batch per (cp, partition), or two (halves) when `split`; the run descriptor."""

@@ -342,6 +342,20 @@ def test_global_aggregate(lc, spark, data):
     check(lc, spark, data, build, ref, ["s", "c"])
 
 
+def test_global_aggregate_of_no_rows(lc, spark, data):
+    """A global aggregate over no rows still gives one row (sum null, count 0), made from
+    no source row: its backward trace is empty (not the output row itself), and no line's
+    forward trace reaches it."""
+
+    def build(t):
+        return t["items"].where("qty > 1000").agg(F.sum("qty").alias("s"), F.count("*").alias("n"))
+
+    def ref(T):
+        return [({"s": None, "n": 0}, frozenset())]
+
+    check(lc, spark, data, build, ref, ["s", "n"])
+
+
 def test_grouped_count(lc, spark, data):
     def build2(t):
         return t["orders"].groupBy("status").count()
