@@ -44,6 +44,9 @@ class Plumbing:
         self.frames_of: dict[int, Any] = {}
         # Called with an action's error before it propagates (UDF culprits: `_udf.blame`).
         self.on_failure: Callable[[BaseException, Any], None] | None = None
+        # Called with the frame and the output's component id before an action runs (the
+        # scans' plans brought up to date: `_reader.scan_plans`).
+        self.before_action: Callable[[Any, str], None] | None = None
         # Set once the context is gone: no replay can ask for an action's frame any more.
         self.released = False
 
@@ -104,6 +107,8 @@ class Plumbing:
     def action(self, frame: Any, cp: CapturePoint) -> Iterator[None]:
         """Around an action: describe the run and roll over afterwards; the frame's
         `lineage()` is then this action's output."""
+        if self.before_action is not None:
+            self.before_action(frame, cp.component_id)
         with self._planner.action(cp):
             if not self.released:
                 self.frames_of[cp.number] = frame

@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import threading
 import weakref
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -25,8 +23,6 @@ from ._recipe import Call, Source, is_recorded, recipe_of, set_recipe
 from ._scan import ScanConf, partitioned, plan_scan, scan_conf
 
 if TYPE_CHECKING:
-    from .._spec import CapturePoint
-    from ._plumbing import Plumbing
     from ._session import FrameAgent
 
 _FORMATS = ("csv", "json", "text", "parquet")
@@ -268,25 +264,7 @@ def scan_plans(agent: FrameAgent) -> ScanPlans:
         plans = _PLANS.get(plumbing)
         if plans is None:
             plans = _PLANS[plumbing] = ScanPlans(agent.spark)
-            _check_before_actions(plumbing, plans)
+            # Every action of this context (rows to the driver, writes) first brings the
+            # plans of the scans it reads up to date. (The plans hold no reference back.)
+            plumbing.before_action = plans.before_action
     return plans
-
-
-def _check_before_actions(plumbing: Plumbing, plans: ScanPlans) -> None:
-    """Every action of this context (rows to the driver, writes) runs inside
-    `plumbing.action`: this instance's `action` first brings the plans of the scans the
-    action reads up to date. (Wrapped here, on the instance, because the action path lies
-    outside the scan code; an explicit hook in `Plumbing.action`, as `on_failure` is one,
-    would do the same.) The wrapper holds the plumbing weakly: no reference cycle."""
-    around = type(plumbing).action
-    ref = weakref.ref(plumbing)
-
-    @contextmanager
-    def action(frame: Any, cp: CapturePoint) -> Iterator[None]:
-        owner = ref()
-        assert owner is not None  # called through it
-        plans.before_action(frame, cp.component_id)
-        with around(owner, frame, cp):
-            yield
-
-    plumbing.action = action  # type: ignore[method-assign]
