@@ -111,3 +111,29 @@ def test_trace_hands_over_to_spark_past_the_threshold(traced):
     assert np.array_equal(back.record_ids, expected)
     stays = LineageRDD(lc.repo, lc.run_id, lin.record_ids, sc=lc.sc, spark_threshold=10**9)
     assert not stays.go_back_all().on_spark
+
+
+def test_traces_end_at_sources_and_outputs_only(spark, tmp_path):
+    """A line a filter dropped reaches no output: its forward trace is empty, on the driver
+    and on Spark alike, whether traced alone or beside lines that move; a kept line reaches
+    its one output. (Before, a record that moved nowhere stayed in the result as if it were
+    an output, and only when no record of its capture point moved.)"""
+    path = tmp_path / "lines.txt"
+    path.write_text("".join(f"{i} {'drop' if i % 3 == 0 else 'keep'}\n" for i in range(30)))
+    with ProvenanceRepository.open(tmp_path / "repo", CONFIG) as repo:
+        lc = LineageContext(spark, repo, spark_threshold=None)
+        kept = lc.textFile(str(path), 2).filter(lambda s: s.endswith("keep")).map(str.upper)
+        outs = kept.collect()
+        out_cp = kept.lineage().at("collect")
+        lines = LineageRDD(repo, lc.run_id, out_cp.go_back_all().record_ids, sc=lc.sc)
+        assert sorted(lines.collect()) == sorted(s.lower() for s in outs)
+        offsets = {i: sum(len(f"{j} keep\n") for j in range(i)) for i in range(30)}
+        for i, off in offsets.items():
+            (rid,) = repo.lineage.records_at(lc.run_id, str(path), off)
+            one = LineageRDD(repo, lc.run_id, np.array([rid]), sc=lc.sc)
+            for fwd in (one.go_next_all(), one.go_next_all(spark=True)):
+                assert fwd.collect() == ([] if i % 3 == 0 else [f"{i} KEEP"]), i
+        dropped = [repo.lineage.records_at(lc.run_id, str(path), offsets[i])[0] for i in (0, 3)]
+        mixed = LineageRDD(repo, lc.run_id, np.array(sorted([*dropped, rid])), sc=lc.sc)
+        for fwd in (mixed.go_next_all(), mixed.go_next_all(spark=True)):
+            assert fwd.collect() == ["29 KEEP"]
