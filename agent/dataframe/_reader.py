@@ -19,7 +19,7 @@ from .._rdd import UnsupportedOperation
 from .._splits import UnsupportedInput
 from ._columns import Lineage, fresh, scan_id_sql, sql_name
 from ._frame import LineageDataFrame
-from ._recipe import Call, Source, is_recorded, recipe_of, set_recipe
+from ._recipe import Call, Source, frames_under, recipe_of, set_recipe
 from ._scan import ScanConf, partitioned, plan_scan, scan_conf
 
 if TYPE_CHECKING:
@@ -221,26 +221,12 @@ def sources_of(frame: Any) -> set[int]:
     ids a failing UDF names as culprits). An `lc.sql` frame counts those its rows carry:
     its recipe holds every view of the context, read or not."""
     out: set[int] = set(frame._lin.cps)
-    seen: set[int] = set()
-    todo = [frame]
-    while todo:
-        o = todo.pop()
-        if isinstance(o, list | tuple):
-            todo.extend(o)
-            continue
-        if isinstance(o, dict):
-            todo.extend(o.values())
-            continue
-        if not is_recorded(o) or id(o) in seen:
-            continue
-        seen.add(id(o))
+    for o in frames_under(frame, views=False):
         recipe = recipe_of(o)
         if isinstance(recipe, Source):
             out.add(recipe.cp)
-        elif isinstance(recipe, Call):
-            todo += [recipe.receiver, *recipe.args, *recipe.kwargs.values()]
-        elif isinstance(o, LineageDataFrame):  # lc.sql, or a frame without a recipe
-            out |= o._lin.cps
+        elif not isinstance(recipe, Call) and isinstance(o, LineageDataFrame):
+            out |= o._lin.cps  # lc.sql, or a frame without a recipe
     return out
 
 

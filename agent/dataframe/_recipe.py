@@ -66,9 +66,9 @@ def recipe_of(obj: Any) -> Call | Source | SqlQuery | None:
     return vars(obj).get("_recipe") if type(obj) in _RECORDED else None
 
 
-def frames_under(obj: Any) -> list[Any]:
+def frames_under(obj: Any, views: bool = True) -> list[Any]:
     """`obj` and every captured frame or grouped data it was made from, through the
-    recipes (calls' receivers and arguments, `lc.sql` views)."""
+    recipes (calls' receivers and arguments, and `lc.sql` views unless `views` is False)."""
     seen: dict[int, Any] = {}
     todo = [obj]
     while todo:
@@ -85,7 +85,7 @@ def frames_under(obj: Any) -> list[Any]:
         recipe = recipe_of(o)
         if isinstance(recipe, Call):
             todo += [recipe.receiver, *recipe.args, *recipe.kwargs.values()]
-        elif isinstance(recipe, SqlQuery):
+        elif isinstance(recipe, SqlQuery) and views:
             todo += list(recipe.views.values())
     return list(seen.values())
 
