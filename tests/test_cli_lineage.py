@@ -81,6 +81,12 @@ def test_trace_back_and_forward_match_brute_force(run, capsys):
     assert row["data"] == LINES[4] and row["location"]["offset"] == start
     cp, part, pos = (int(x[0]) for x in unpack_record_ids(np.array([row["record_id"]])))
     assert (row["capture_point"], row["partition"], row["position"]) == (cp, part, pos)
+    # Line 7 raised and was skipped: no output depends on it, and the CLI says so.
+    start = raw.index(b"\n7 ") + 1
+    capsys.readouterr()
+    assert cli(["trace", repo, f"{path}@{start}", "--forward"]) == 0
+    out, err = capsys.readouterr()
+    assert out == "" and err == "provrepo: note: no output depends on it\n"
 
 
 def test_culprits_cli_shows_the_raw_line(run, capsys):

@@ -31,6 +31,10 @@ def cmd_trace(args: argparse.Namespace) -> int:
         # FILE@OFFSET names the line at every read of the file in the run.
         run, rids = resolve_records(index, args.record_id, args.run)
         ids, hops = index.trace(run, np.array(rids, dtype=np.int64), args.forward, args.depth)
+        if not len(ids):  # an empty answer is an answer: say so rather than print nothing
+            out.note(
+                "no output depends on it" if args.forward else "it was made from no source record"
+            )
         if args.limit is not None:
             ids = ids[: args.limit]
         info = index.run_info(run)
