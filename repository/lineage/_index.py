@@ -835,9 +835,9 @@ class LineageIndex:
     def ends_at(self, run: str, cp: int, forward: bool) -> bool:
         """True when a trace's records at `cp` belong in its result: going back, a source
         (RECEIVE; an output made from no rows, as an aggregate of none, has no sources);
-        going forward, an action's output (SEND: it left the run, even
-        when a later action reads it too), or a capture point other than a source that
-        nothing was made from (a run whose action failed stops there)."""
+        going forward, an action's output (SEND: it left the run, even when a later action
+        reads it too), or a capture point other than a source that nothing was made from
+        (a run whose action failed stops there)."""
         return self._ends_at(run, self.run_info(run), cp, forward)
 
     def may_move(self, run: str, cp: int, forward: bool) -> bool:
