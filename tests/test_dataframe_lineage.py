@@ -12,7 +12,7 @@ import json
 import _dfref as R
 import pytest
 from _dfcheck import Data, check, make_data, tables
-from pyspark.sql import Window
+from pyspark.sql import Observation, Window
 from pyspark.sql import functions as F
 from pyspark.sql.functions import broadcast
 
@@ -340,6 +340,41 @@ def test_global_aggregate(lc, spark, data):
         )
 
     check(lc, spark, data, build, ref, ["s", "c"])
+
+
+@pytest.mark.parametrize(
+    "how", ["localCheckpoint", "lazy localCheckpoint", "checkpoint", "observe"]
+)
+def test_checkpoints_and_observe_keep_each_rows_lineage(lc, spark, data, tmp_path, how):
+    """`localCheckpoint` / `checkpoint` materialize the rows with their hidden ids and
+    `observe` passes them through: a group after them has every row of its group; the
+    observed metrics are vanilla's (a star in them spelled out over the visible columns)."""
+    spark.sparkContext.setCheckpointDir(str(tmp_path / "checkpoints"))
+    observed = []
+
+    def build(t):
+        items = t["items"].where("qty > 2")
+        if how == "localCheckpoint":
+            items = items.localCheckpoint()
+        elif how == "lazy localCheckpoint":
+            items = items.localCheckpoint(eager=False)
+        elif how == "checkpoint":
+            items = items.checkpoint()
+        else:
+            o = Observation()
+            observed.append(o)
+            metrics = [F.count("*").alias("n"), F.max(F.hash("*")).alias("h")]
+            items = items.observe(o, *metrics)
+        return items.groupBy("qty").agg(F.count("*").alias("n"))
+
+    def ref(T):
+        items = R.where(T["items"], lambda r: r["qty"] > 2)
+        return R.group(items, lambda r: (r["qty"],), lambda k, rs: {"qty": k[0], "n": len(rs)})
+
+    check(lc, spark, data, build, ref, ["qty", "n"])
+    if observed:
+        mine, vanillas = observed
+        assert mine.get == vanillas.get and mine.get["n"] > 0
 
 
 def test_global_aggregate_of_no_rows(lc, spark, data):

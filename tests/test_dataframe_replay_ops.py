@@ -15,7 +15,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from pyspark.sql import Window
+from pyspark.sql import Observation, Window
 from pyspark.sql import functions as F
 
 from agent import LineageContext, UnsupportedOperation
@@ -148,6 +148,18 @@ SHAPES = [
     (
         "cube",
         lambda t: t["orders"].cube("status", "ckey").agg(F.max("amount").alias("m")),
+    ),
+    (
+        "localCheckpoint, observe",
+        lambda t: (
+            t["orders"]
+            .where("amount > 3")
+            .localCheckpoint()
+            .observe(Observation(), F.count("*").alias("n"))
+            .join(t["items"], "okey")
+            .groupBy("ckey")
+            .agg(F.sum("price").alias("s"))
+        ),
     ),
     (
         "groupingSets",

@@ -387,3 +387,25 @@ def test_file_changed_between_read_and_action(lc, spark, tmp_path):
     with pytest.raises(SourceChanged):
         q = df.lineage()
         LineageRDD(lc.repo, lc.run_id, q.record_ids[:1]).go_back_all().collect()
+
+
+@pytest.mark.parametrize("fmt", ["csv", "parquet"])
+def test_an_eager_checkpoint_numbers_rows_as_an_action(lc, spark, data, fmt):
+    """`localCheckpoint()` runs a job that gives the rows their ids, under the settings of
+    that moment: the scan takes that plan then (its lineage exact), and an action over the
+    checkpointed rows under other settings later is refused, naming the checkpoint (else
+    the plan would follow the later settings while the rows kept the earlier ids; refused
+    though this action reads the checkpoint, not the scan: the check is per source)."""
+    start, before, after = {}, *CHANGES["maxPartitionBytes"]
+    with restored(spark):
+        settle(spark, start)
+        i = read(lc.read, data, fmt, "items")
+        settle(spark, before)
+        kept = cheap_items(i).localCheckpoint()
+        settle(spark, after)
+        with pytest.raises(UnsupportedInput, match=r"items.*numbered by localCheckpoint.*700 -> 400"):
+            kept.collect()
+        settle(spark, before)
+        rows = kept.collect()
+        _differs(spark, lc, start, before)
+    check_lineage(lc, data, fmt, kept, rows, ref_cheap_items, ["okey", "price"])

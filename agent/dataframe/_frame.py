@@ -228,6 +228,9 @@ def _flat(cols: tuple) -> list:
     "drop_duplicates",
     "unpivot",
     "melt",
+    "localCheckpoint",
+    "checkpoint",
+    "observe",
 )
 class LineageDataFrame:
     """A captured DataFrame. Transformations return LineageDataFrames; actions return what
@@ -787,6 +790,31 @@ class LineageDataFrame:
     def unpersist(self, blocking: bool = False) -> LineageDataFrame:
         self._df.unpersist(blocking)
         return self
+
+    def localCheckpoint(self, eager: bool = True, storageLevel: Any = None) -> LineageDataFrame:
+        """Spark's, over the rows with their hidden ids: each row's lineage is its own, as
+        for `cache` (the ids are data, materialized with the rows)."""
+        kwargs = {} if storageLevel is None else {"storageLevel": storageLevel}
+        self._before_job("localCheckpoint", eager)
+        return self._same_columns(self._df.localCheckpoint(eager, **kwargs))
+
+    def checkpoint(self, eager: bool = True) -> LineageDataFrame:
+        """As `localCheckpoint`, to the SparkContext's checkpoint directory."""
+        self._before_job("checkpoint", eager)
+        return self._same_columns(self._df.checkpoint(eager))
+
+    def _before_job(self, what: str, runs: bool) -> None:
+        """A call that runs a job over the rows now (an eager checkpoint) numbers its scans'
+        rows as an action does: their plans are brought up to date first."""
+        hook = self._agent.plumbing.before_action
+        if runs and hook is not None:
+            hook(self, what)
+
+    def observe(self, observation: Any, *exprs: Any) -> LineageDataFrame:
+        """Spark's metrics over the rows that pass (the hidden ids are not among them: a
+        star in the metrics is spelled out as for `agg`); rows and lineage unchanged."""
+        exprs = tuple(self._unstarred(exprs, "observe", lambda df, cols: df.agg(*cols)))
+        return self._same_columns(self._df.observe(observation, *exprs))
 
     def transform(self, func: Callable, *args: Any, **kwargs: Any) -> Any:
         return func(self, *args, **kwargs)

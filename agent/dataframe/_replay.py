@@ -190,7 +190,12 @@ class _Rebuild:
             receiver = self.frame(recipe.receiver)
             args = self.value(recipe.args)
             kwargs = self.value(recipe.kwargs)
-            out = getattr(receiver, recipe.method)(*args, **kwargs)
+            if recipe.method == "observe":
+                # The same rows; the user's Observation keeps the captured run's metrics (it
+                # takes one DataFrame only).
+                out = receiver
+            else:
+                out = getattr(receiver, recipe.method)(*args, **kwargs)
         if not isinstance(out, LineageDataFrame):
             return out  # grouped data: its agg makes the frame
         return _renamed(out, obj)
