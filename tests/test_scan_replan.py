@@ -403,7 +403,8 @@ def test_an_eager_checkpoint_numbers_rows_as_an_action(lc, spark, data, fmt):
         settle(spark, before)
         kept = cheap_items(i).localCheckpoint()
         settle(spark, after)
-        with pytest.raises(UnsupportedInput, match=r"items.*numbered by localCheckpoint.*700 -> 400"):
+        refused = r"items.*numbered by localCheckpoint.*700 -> 400"
+        with pytest.raises(UnsupportedInput, match=refused):
             kept.collect()
         settle(spark, before)
         rows = kept.collect()
