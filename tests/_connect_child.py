@@ -8,7 +8,7 @@ import sys
 
 
 def main(url: str, work: str) -> None:
-    from pyspark.sql import SparkSession, Window
+    from pyspark.sql import Observation, SparkSession, Window
     from pyspark.sql import functions as F
 
     from agent import LineageContext, LineageRDD
@@ -53,6 +53,17 @@ def main(url: str, work: str) -> None:
             back = r.lineage().filter(lambda x, k=row.okey: x["okey"] == k).go_back_all()
             frame = {lines[a] for a, b, _ in orders if b == row.ckey and a <= row.okey}
             assert set(back.collect()) == frame, row
+        # localCheckpoint and observe (Connect's own DataFrame and Observation): the rows
+        # keep their ids, the metrics are vanilla's.
+        obs = Observation("m")
+        kept = o.where(F.col("status") == "F").localCheckpoint().observe(obs, F.count("*"))
+        ok = kept.select("okey")
+        got = sorted(x.okey for x in ok.collect())
+        assert got == sorted(a for a, _, s in orders if s == "F")
+        assert list(obs.get.values()) == [len(got)]
+        for k in got[:3]:
+            back = ok.lineage().filter(lambda x, k=k: x["okey"] == k).go_back_all()
+            assert back.collect() == [lines[k]]
         # A write: its rows pass the mapInArrow tap in the server's Python workers.
         out = os.path.join(work, "out")
         r.write.parquet(out)
