@@ -188,3 +188,20 @@ def test_select_with_a_window_and_a_star(lc, spark, sales):
         want = sorted(lines[k] for k in ids[max(0, i - 1) : i + 1])
         back = lin.filter(lambda r, k=row["id"]: r["id"] == k).go_back_all().collect()
         assert sorted(back) == want
+
+
+def test_sample_by_keeps_vanillas_rows_each_with_its_own_line(lc, spark, sales):
+    """`sampleBy` (a seeded random filter per row) keeps vanilla's rows, in vanilla's
+    order: the hidden ids change neither the partitions nor the rows' order in them; each
+    kept row traces back to its own line."""
+    path, rows, lines = sales
+
+    def sampled(df):
+        return df.sampleBy("region", {"north": 0.5, "south": 1.0}, seed=3)
+
+    mine = sampled(lc.read.csv(path, header=True, schema=SCHEMA))
+    theirs = sampled(spark.read.csv(path, header=True, schema=SCHEMA))
+    _same(mine, theirs)
+    kept = [r["id"] for r in mine.collect()]
+    assert 0 < len(kept) < sum(r[1] != "east" for r in rows)  # some north rows left out
+    _each_row_traces_to_itself(mine, lines)

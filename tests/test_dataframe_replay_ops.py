@@ -376,6 +376,7 @@ def test_replay_refuses_unseeded_randomness(spark, repo, files):
             orders.sample(False, 0.5),
             orders.sample(fraction=0.5),
         ],
+        r"sampleBy\(\) without a seed": [orders.sampleBy("status", {"F": 0.5, "O": 1.0})],
         r"where\(\) with rand\(\)": [
             orders.where("rand() < 0.5"),
             orders.where(F.expr("rand() < 0.5")),
@@ -394,6 +395,7 @@ def test_replay_refuses_unseeded_randomness(spark, repo, files):
     kept = {r[0] for r in ORDERS if r[0] >= 5}
     for q in (
         orders.sample(0.5, 11),
+        orders.sampleBy("status", {"F": 0.5, "O": 1.0}, 5),
         orders.where(F.rand(3) < 0.5),
         lc.sql("SELECT okey FROM orders WHERE rand(4) < 0.5"),
     ):

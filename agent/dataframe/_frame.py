@@ -231,6 +231,7 @@ def _flat(cols: tuple) -> list:
     "localCheckpoint",
     "checkpoint",
     "observe",
+    "sampleBy",
 )
 class LineageDataFrame:
     """A captured DataFrame. Transformations return LineageDataFrames; actions return what
@@ -762,6 +763,12 @@ class LineageDataFrame:
 
     def sample(self, *args: Any, **kwargs: Any) -> LineageDataFrame:
         return self._same_columns(self._df.sample(*args, **kwargs))
+
+    def sampleBy(self, col: Any, fractions: dict, seed: int | None = None) -> LineageDataFrame:
+        """Spark's stratified sample (a seeded `rand` filter on each row, in the same
+        partitions and order as vanilla's): each row's lineage is its own."""
+        (col,) = self._unstarred([col], "sampleBy")
+        return self._same_columns(self._df.sampleBy(col, fractions, seed))
 
     def repartition(self, *args: Any, **kwargs: Any) -> LineageDataFrame:
         return self._same_columns(self._df.repartition(*args, **kwargs))

@@ -180,11 +180,18 @@ class _Rebuild:
             out = self._sql(obj, recipe)
         else:
             assert isinstance(recipe, Call)
-            if recipe.method == "sample" and _sample_seed(recipe.args, recipe.kwargs) is None:
+            seed = (
+                _sample_seed(recipe.args, recipe.kwargs)
+                if recipe.method == "sample"
+                else _sample_by_seed(recipe.args, recipe.kwargs)
+                if recipe.method == "sampleBy"
+                else 0
+            )
+            if seed is None:
                 # PySpark draws a seed per call: rebuilt, it would keep other rows.
                 raise UnsupportedOperation(
-                    "replay of a DataFrame made by sample() without a seed: the rebuilt "
-                    "query would draw other rows; give sample() a seed"
+                    f"replay of a DataFrame made by {recipe.method}() without a seed: the "
+                    f"rebuilt query would draw other rows; give {recipe.method}() a seed"
                 )
             _refuse_unseeded(recipe.method, (recipe.args, recipe.kwargs))
             receiver = self.frame(recipe.receiver)
@@ -306,6 +313,11 @@ def _sample_seed(args: tuple, kwargs: dict[str, Any]) -> Any:
     if "withReplacement" in kwargs or "fraction" in kwargs:
         at = len(args)  # the rest came by name: a seed would too
     return args[at] if len(args) > at else None
+
+
+def _sample_by_seed(args: tuple, kwargs: dict[str, Any]) -> Any:
+    """The seed a `sampleBy(col, fractions[, seed])` call was given (None if none)."""
+    return kwargs.get("seed", args[2] if len(args) > 2 else None)
 
 
 def _renamed(out: LineageDataFrame, original: LineageDataFrame) -> LineageDataFrame:
