@@ -147,13 +147,19 @@ def test_write_journals_rows_with_location(lc, spark, sales, tmp_path, fmt):
     assert sorted(lin.go_back_all().collect()) == sorted(lines[r[0]] for r in rows if r[2] >= 3)
 
 
-def test_capture_off_leaves_the_plan_untouched(spark, repo, sales):
+def _capture_off(spark, repo, sales):
+    """Sales and a one-row frame through a context with capture off, and vanilla's."""
     path, _, _ = sales
     lc = LineageContext(spark, repo, capture=False)
-    d = lc.read.csv(path, header=True, schema=SCHEMA)
-    v = spark.read.csv(path, header=True, schema=SCHEMA)
-    o = lc.createDataFrame([(1, "north")], "id INT, region STRING")
-    vo = spark.createDataFrame([(1, "north")], "id INT, region STRING")
+    frames = []
+    for reader in (lc, spark):
+        frames.append(reader.read.csv(path, header=True, schema=SCHEMA))
+        frames.append(reader.createDataFrame([(1, "north")], "id INT, region STRING"))
+    return frames
+
+
+def test_capture_off_leaves_the_plan_untouched(spark, repo, sales):
+    d, o, v, vo = _capture_off(spark, repo, sales)
     q = d.where("amount > 1").join(o, ["id", "region"]).groupBy("region").agg(F.max("amount"))
     vq = v.where("amount > 1").join(vo, ["id", "region"]).groupBy("region").agg(F.max("amount"))
 
@@ -172,12 +178,7 @@ def test_capture_off_leaves_the_plan_untouched(spark, repo, sales):
 
 def test_capture_off_broadcast_function(spark, repo, sales):
     """`F.broadcast(df)` of a frame of a context with capture off joins as vanilla's."""
-    path, _, _ = sales
-    lc = LineageContext(spark, repo, capture=False)
-    d = lc.read.csv(path, header=True, schema=SCHEMA)
-    v = spark.read.csv(path, header=True, schema=SCHEMA)
-    o = lc.createDataFrame([(1, "north")], "id INT, region STRING")
-    vo = spark.createDataFrame([(1, "north")], "id INT, region STRING")
+    d, o, v, vo = _capture_off(spark, repo, sales)
     q = d.join(F.broadcast(o), ["id", "region"])
     assert sorted(q.collect()) == sorted(v.join(F.broadcast(vo), ["id", "region"]).collect())
 

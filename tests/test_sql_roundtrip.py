@@ -32,28 +32,25 @@ class Sweep:
     unparsed: list[tuple[str, str]] = field(default_factory=list)
 
 
+def _function_infos(spark):
+    """(name, ExpressionInfo) of each builtin function in Spark's registry."""
+    catalog = spark._jsparkSession.sessionState().catalog()
+    ident = spark._jvm.org.apache.spark.sql.catalyst.FunctionIdentifier
+    for (name,) in spark.sql("SHOW FUNCTIONS").collect():
+        yield name, catalog.lookupFunctionInfo(ident.apply(name))
+
+
 def documented_examples(spark) -> dict[str, list[str]]:
     """Each builtin function's documented example statements (`> SELECT ...;` lines)."""
-    jvm = spark._jvm
-    catalog = spark._jsparkSession.sessionState().catalog()
-    ident = jvm.org.apache.spark.sql.catalyst.FunctionIdentifier
-    out = {}
-    for (name,) in spark.sql("SHOW FUNCTIONS").collect():
-        info = catalog.lookupFunctionInfo(ident.apply(name))
-        out[name] = _statements(info.getExamples() or "")
-    return out
+    return {name: _statements(info.getExamples() or "") for name, info in _function_infos(spark)}
 
 
 def function_groups(spark) -> dict[str, tuple[str, str]]:
     """Each builtin function's (group, class name) in Spark's registry."""
-    jvm = spark._jvm
-    catalog = spark._jsparkSession.sessionState().catalog()
-    ident = jvm.org.apache.spark.sql.catalyst.FunctionIdentifier
-    out = {}
-    for (name,) in spark.sql("SHOW FUNCTIONS").collect():
-        info = catalog.lookupFunctionInfo(ident.apply(name))
-        out[name] = (info.getGroup() or "", info.getClassName() or "")
-    return out
+    return {
+        name: (info.getGroup() or "", info.getClassName() or "")
+        for name, info in _function_infos(spark)
+    }
 
 
 def _statements(text: str) -> list[str]:
