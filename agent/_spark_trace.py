@@ -82,7 +82,7 @@ class SparkSet:
         self, forward: bool, depth: int | None = None, ends: list[np.ndarray] | None = None
     ) -> SparkSet:
         """`LineageIndex.trace` on Spark: hop until nothing moves (or `depth` hops); records
-        where a trace ends (`LineageIndex.ends_at`) are the result. `ends`: records the
+        where a trace ends (`LineageIndex.stop_or_move`) are the result. `ends`: records the
         driver already found stopped (a trace handed over mid-way)."""
         stopped = []
         if ends:

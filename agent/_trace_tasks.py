@@ -76,7 +76,7 @@ class MergeParts:
 class HopTask:
     """One hop of a trace over a task's parts: ("next", source cp, key, positions) for the
     records reached, ("stop", source cp, key, positions) for records where the trace ends
-    (`LineageIndex.ends_at`), as `LineageIndex.trace` does; records that reach nothing
+    (`LineageIndex.stop_or_move`), as `LineageIndex.trace` does; records that reach nothing
     elsewhere are dropped."""
 
     def __init__(self, path: str, run: str, forward: bool) -> None:
@@ -90,10 +90,11 @@ class HopTask:
         for k, p in parts:
             by_cp.setdefault(k >> PARTITION_BITS, []).append((k, p))
         for cp, mine in sorted(by_cp.items()):
-            if ix.ends_at(self.run, cp, self.forward):
+            end, moves = ix.stop_or_move(self.run, cp, self.forward)
+            if end:
                 for k, p in mine:
                     yield "stop", cp, k, p
-            if not ix.may_move(self.run, cp, self.forward):
+            if not moves:
                 continue
             ids = join_parts(sorted(mine, key=lambda kp: kp[0]))
             moved = ix.children(self.run, ids) if self.forward else ix.parents(self.run, ids)

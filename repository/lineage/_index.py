@@ -791,7 +791,7 @@ class LineageIndex:
     ) -> tuple[np.ndarray, int]:
         """Records reached by hopping back (or forward) `depth` capture points, or all the way
         to the sources (final outputs) when depth is None: records where a trace ends
-        (`ends_at`) are kept, records that reach nothing elsewhere are not (a line a filter
+        (`stop_or_move`) are kept, records that reach nothing elsewhere are not (a line a filter
         dropped has no outputs; an aggregate of no rows has no sources). Returns (record ids
         ascending, hops taken).
 
@@ -817,9 +817,10 @@ class LineageIndex:
             yield TraceStep(frontier, ends, hops)
             nxt: list[np.ndarray] = []
             for cp, group in _by_capture_point(frontier):  # some may end earlier
-                if self._ends_at(run, info, cp, forward):
+                end, moves = self._stop_or_move(run, info, cp, forward)
+                if end:
                     ends.append(group)
-                moved = hop(run, group) if self._may_move(run, info, cp, forward) else EMPTY
+                moved = hop(run, group) if moves else EMPTY
                 if len(moved):
                     nxt.append(moved)
             if not nxt:
@@ -832,24 +833,24 @@ class LineageIndex:
                 raise RuntimeError("lineage trace does not terminate (cycle in stored lineage?)")
         yield TraceStep(frontier, ends, hops)
 
-    def ends_at(self, run: str, cp: int, forward: bool) -> bool:
-        """True when a trace's records at `cp` belong in its result: going back, a source
-        (RECEIVE; an output made from no rows, as an aggregate of none, has no sources);
-        going forward, an action's output (SEND: it left the run, even when a later action
-        reads it too), or a capture point other than a source that nothing was made from
-        (a run whose action failed stops there)."""
-        return self._ends_at(run, self.run_info(run), cp, forward)
+    def stop_or_move(self, run: str, cp: int, forward: bool) -> tuple[bool, bool]:
+        """(end, moves) for a trace's records at `cp`. `end`: they belong in its result:
+        going back, a source (RECEIVE; an output made from no rows, as an aggregate of
+        none, has no sources); going forward, an action's output (SEND: it left the run,
+        even when a later action reads it too), or a capture point other than a source that
+        nothing was made from (a run whose action failed stops there). `moves`: they may
+        have parents (children) to hop to."""
+        return self._stop_or_move(run, self.run_info(run), cp, forward)
 
-    def may_move(self, run: str, cp: int, forward: bool) -> bool:
-        """True when records at `cp` may have parents (children) to hop to."""
-        return self._may_move(run, self.run_info(run), cp, forward)
-
-    def _ends_at(self, run: str, info: RunInfo | None, cp: int, forward: bool) -> bool:
+    def _stop_or_move(
+        self, run: str, info: RunInfo | None, cp: int, forward: bool
+    ) -> tuple[bool, bool]:
+        moves = self._may_move(run, info, cp, forward)
         c = info.capture_points.get(cp) if info is not None else None
         ends, starts = ("SEND", "RECEIVE") if forward else ("RECEIVE", "SEND")
         if c is not None and c.event_type in (ends, starts):
-            return c.event_type == ends
-        return not self._may_move(run, info, cp, forward)
+            return c.event_type == ends, moves
+        return not moves, moves
 
     def _may_move(self, run: str, info: RunInfo | None, cp: int, forward: bool) -> bool:
         """False when records at `cp` have nowhere to go: no stored parents (backward), no
