@@ -1179,7 +1179,19 @@ _STABLE_CALLS = frozenset(
 _GROUPED_SIMPLE = {"sum": F.sum, "avg": F.avg, "mean": F.avg, "min": F.min, "max": F.max}
 
 
-@recorded("agg", "count", "sum", "avg", "mean", "min", "max", "pivot")
+@recorded(
+    "agg",
+    "count",
+    "sum",
+    "avg",
+    "mean",
+    "min",
+    "max",
+    "pivot",
+    "applyInPandas",
+    "applyInArrow",
+    "cogroup",
+)
 class LineageGroupedData:
     """groupBy / rollup / cube / groupingSets, and groupBy().pivot(): every aggregate also
     collects its group's lineage."""
@@ -1218,6 +1230,47 @@ class LineageGroupedData:
 
         vals = pivot_values(frame, pivot_col, values)
         return LineageGroupedData(frame, self._kind, self._cols, pivot=(pivot_col, vals))
+
+    @property
+    def kind(self) -> str:
+        """groupBy, rollup, cube, groupingSets, or pivot (of a groupBy)."""
+        return "pivot" if self._pivot is not None else self._kind
+
+    @property
+    def keys(self) -> list:
+        """The grouping columns."""
+        return list(self._cols)
+
+    def vanilla(self, df: Any) -> Any:
+        """PySpark's GroupedData of this grouping over `df` (a pivot's: over its frame with
+        capture off)."""
+        if self._vanilla is not None:
+            return self._vanilla
+        return self._grouped(df)
+
+    def applyInPandas(self, func: Callable, schema: Any) -> LineageDataFrame:
+        """Maps each group with `func` (pandas DataFrame -> pandas DataFrame); each row it
+        returns is made from its whole group (see `_mapgroups`)."""
+        from ._mapgroups import grouped_map
+
+        return grouped_map(self, func, schema, arrow=False)
+
+    def applyInArrow(self, func: Callable, schema: Any) -> LineageDataFrame:
+        """Maps each group with `func` (Arrow table -> Arrow table), as applyInPandas."""
+        from ._mapgroups import grouped_map
+
+        return grouped_map(self, func, schema, arrow=True)
+
+    def cogroup(self, other: LineageGroupedData) -> LineageCogroupedData:
+        """Cogroups with `other` (a groupBy of a frame of this context) for a cogrouped
+        applyInPandas / applyInArrow."""
+        if not isinstance(other, LineageGroupedData):
+            raise UnsupportedOperation(
+                "cogroup with grouped data not made through this LineageContext (its rows "
+                "have no lineage)"
+            )
+        self._frame._agent.frame_of(other._frame, "cogroup")
+        return LineageCogroupedData(self, other)
 
     def _aggregated(self, df: Any, exprs: list) -> Any:
         """An aggregate expression's context (see `LineageDataFrame._unstarred`)."""
@@ -1373,3 +1426,27 @@ class LineageGroupedData:
             f"GroupedData.{name} is not supported with lineage capture (it would lose "
             "record-level lineage)"
         )
+
+
+@recorded("applyInPandas", "applyInArrow")
+class LineageCogroupedData:
+    """`g1.cogroup(g2)`: each row a cogrouped map returns is made from both its groups."""
+
+    def __init__(self, left: LineageGroupedData, right: LineageGroupedData) -> None:
+        self._left = left
+        self._right = right
+
+    def applyInPandas(self, func: Callable, schema: Any) -> LineageDataFrame:
+        from ._mapgroups import cogrouped_map
+
+        return cogrouped_map(self._left, self._right, func, schema, arrow=False)
+
+    def applyInArrow(self, func: Callable, schema: Any) -> LineageDataFrame:
+        from ._mapgroups import cogrouped_map
+
+        return cogrouped_map(self._left, self._right, func, schema, arrow=True)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        raise UnsupportedOperation(f"PandasCogroupedOps.{name} with lineage capture")

@@ -1,0 +1,145 @@
+"""Grouped maps with lineage: `groupBy(...).applyInPandas(f, schema)` and `applyInArrow`, and
+their cogrouped forms (`g1.cogroup(g2).applyInPandas(f, schema)`).
+
+The user's function sees its group as vanilla PySpark gives it and may return any rows, so
+each row it returns is made from its whole group (both groups when cogrouped): the function
+saw all of them, as an aggregate's output row sees its group's. Spark runs the function as
+it would; beside each input row rides one hidden column of its ids, which the worker-side
+wrapper (`_mapgroupsrun`) takes out of the group before the call and gives, as one array,
+to every row the call returns. A call that raises records its group's rows as culprits; under
+on_error="skip" the group gives no row.
+
+The iterator forms (a function over an iterator of batches, chosen by its type hints) are
+refused: an output batch may be yielded before the group's later rows are read.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import TYPE_CHECKING, Any
+
+from pyspark.sql import functions as F
+
+from .._rdd import UnsupportedOperation
+from ._columns import Lineage, all_ids, fresh
+from ._mapgroupsrun import group_function
+from ._udfrun import UdfSpec
+
+if TYPE_CHECKING:
+    from ._frame import LineageDataFrame, LineageGroupedData
+
+_MODULES = ("agent.dataframe._udfrun", "agent.dataframe._mapgroupsrun")
+_ITERATOR_EVAL_TYPES = frozenset({215, 216})  # SQL_GROUPED_MAP_{ARROW,PANDAS}_ITER_UDF
+
+
+def grouped_map(
+    grouped: LineageGroupedData, func: Any, schema: Any, arrow: bool
+) -> LineageDataFrame:
+    """`grouped.applyInPandas(func, schema)` (`applyInArrow` when `arrow`) with lineage."""
+    what = _method(arrow)
+    frame = grouped._frame
+    if not frame._lin:
+        return frame._new(getattr(grouped.vanilla(frame._df), what)(func, schema))
+    _check(grouped, what)
+    return _mapped([grouped], func, schema, arrow, what)
+
+
+def cogrouped_map(
+    left: LineageGroupedData, right: LineageGroupedData, func: Any, schema: Any, arrow: bool
+) -> LineageDataFrame:
+    """`left.cogroup(right).applyInPandas(func, schema)` (`applyInArrow`) with lineage."""
+    what = f"cogroup().{_method(arrow)}"
+    lf, rf = left._frame, right._frame
+    if not lf._lin and not rf._lin:
+        ops = left.vanilla(lf._df).cogroup(right.vanilla(rf._df))
+        return lf._new(getattr(ops, _method(arrow))(func, schema))
+    _check(left, what)
+    _check(right, what)
+    return _mapped([left, right], func, schema, arrow, what)
+
+
+def _method(arrow: bool) -> str:
+    return "applyInArrow" if arrow else "applyInPandas"
+
+
+def _check(grouped: LineageGroupedData, what: str) -> None:
+    if grouped.kind != "groupBy":
+        raise UnsupportedOperation(
+            f"{what} after {grouped.kind} with lineage capture (Spark maps the groups of a groupBy)"
+        )
+
+
+def _mapped(
+    sides: list[LineageGroupedData], func: Any, schema: Any, arrow: bool, what: str
+) -> LineageDataFrame:
+    frame = sides[0]._frame
+    agent = frame._agent
+    _refuse_iterators(func, arrow, what)
+    arity = len(inspect.getfullargspec(func).args)
+    if arity not in (len(sides), len(sides) + 1):
+        raise TypeError(
+            f"{what}: the function takes {arity} positional arguments; Spark passes "
+            f"{len(sides)} (the group{'s' if len(sides) > 1 else ''}) or {len(sides) + 1} "
+            "(the grouping key first)"
+        )
+    fields = _struct(agent.spark, schema)
+    ids, out = fresh("gm"), fresh()
+    from pyspark.sql.types import ArrayType, LongType, StructField, StructType
+
+    returned = StructType([*fields.fields, StructField(out, ArrayType(LongType(), False))])
+    plumbing = agent.plumbing
+    name = getattr(func, "__name__", _method(arrow))
+    spec = UdfSpec(plumbing.run_id, plumbing.writer_spec, name, plumbing.on_error)
+    cps: frozenset[int] = frozenset()
+    grouped = []
+    for side in sides:
+        lin = side._frame._lin
+        cps |= lin.cps
+        src = side._frame._src(*side.keys).withColumn(ids, _ids_of(lin)).drop(*lin.names)
+        grouped.append(side.vanilla(src))
+    with agent.capture_python(_MODULES):
+        wrapper = group_function(func, spec, ids, fields.names, out, arity, len(sides), arrow)
+        mapped = grouped[0] if len(grouped) == 1 else grouped[0].cogroup(grouped[1])
+        df = getattr(mapped, _method(arrow))(wrapper, returned)
+    return frame._new(df, Lineage((), (out,), cps))
+
+
+def _ids_of(lin: Lineage) -> Any:
+    """Each input row's ids as one column: its long (-1 for null: a long with nulls would
+    reach pandas as float64, which cannot hold every id) or an array of them."""
+    if len(lin.longs) == 1 and not lin.arrays:
+        return F.coalesce(F.col(lin.longs[0]), F.lit(-1).cast("bigint"))
+    return all_ids(F, lin)
+
+
+def _struct(spark: Any, schema: Any) -> Any:
+    """`schema` (a StructType or a DDL string) as a StructType, parsed by Spark."""
+    from pyspark.sql.types import StructType
+
+    if isinstance(schema, StructType):
+        return schema
+    if not isinstance(schema, str):
+        raise TypeError(f"schema must be a StructType or a DDL string, got {schema!r}")
+    return spark.createDataFrame([], schema).schema
+
+
+def _refuse_iterators(func: Any, arrow: bool, what: str) -> None:
+    """The iterator forms, told by the type hints as PySpark tells them (hints it cannot read
+    leave the plain form, as for vanilla)."""
+    try:
+        from pyspark.sql.pandas import typehints
+
+        infer = (
+            typehints.infer_group_arrow_eval_type_from_func
+            if arrow
+            else typehints.infer_group_pandas_eval_type_from_func
+        )
+        eval_type = infer(func)
+    except Exception:  # no such inference in this PySpark, or hints it cannot read
+        return
+    if eval_type in _ITERATOR_EVAL_TYPES:
+        raise UnsupportedOperation(
+            f"{what} with a function over an iterator of batches with lineage capture (an "
+            "output batch may come before the group's later rows are read): take and return "
+            "one pandas DataFrame / Arrow table per group"
+        )

@@ -1,0 +1,158 @@
+"""What a captured grouped map (`applyInPandas`, `applyInArrow`, cogrouped or not) runs in
+Spark's Python workers (executor side: no pyspark driver modules, no repository).
+
+The user's function gets its group as vanilla would give it (the hidden lineage columns taken
+out); every row it returns gets, in one array column more, the ids of every row of its group
+(of both groups when cogrouped): the function saw all of them. When the function raises,
+FAIL events name those rows as culprits; then `on_error="fail"` re-raises (the task fails as
+Spark's would) and `"skip"` returns no row for the group.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from ._udfrun import UdfSpec, record_failure
+
+PREFIX = "__prov_"  # _columns.PREFIX (that module is the driver's)
+
+
+class _GroupRun:
+    """One grouped map: `ids` is the hidden column of each input row's ids (a long, -1 for
+    none, or an array of longs); `names` the schema's fields; `out` the ids' output field."""
+
+    def __init__(
+        self,
+        func: Callable,
+        spec: UdfSpec,
+        ids: str,
+        names: list[str],
+        out: str,
+        keyed: bool,
+        arrow: bool,
+    ) -> None:
+        self.func = func
+        self.spec = spec
+        self.ids = ids
+        self.names = names
+        self.out = out
+        self.keyed = keyed
+        self.arrow = arrow
+
+    def __call__(self, key: Any, *groups: Any) -> Any:
+        ids = np.concatenate([self._ids(g) for g in groups])
+        shown = [self._visible(g) for g in groups]
+        try:
+            result = self.func(key, *shown) if self.keyed else self.func(*shown)
+        except Exception as error:
+            record_failure(self.spec, ids, error)
+            if self.spec.on_error == "fail":
+                raise
+            return self._empty()
+        return self._with_ids(result, ids)
+
+    # -- pandas.DataFrame / pyarrow.Table --------------------------------------------------
+
+    def _ids(self, group: Any) -> np.ndarray:
+        if self.arrow:
+            import pyarrow as pa
+            import pyarrow.compute as pc
+
+            col = group.column(self.ids)
+            if pa.types.is_list(col.type):
+                values = pc.list_flatten(col).to_numpy(zero_copy_only=False)
+            else:
+                values = col.to_numpy(zero_copy_only=False)
+            values = np.asarray(values, dtype=np.int64)
+        else:
+            col = group[self.ids]
+            if col.dtype == object:  # arrays (None: a row with no ids)
+                parts = [np.asarray(a, dtype=np.int64) for a in col if a is not None]
+                values = np.concatenate(parts) if parts else np.empty(0, np.int64)
+            else:
+                values = col.to_numpy(dtype=np.int64)
+        return values[values >= 0]
+
+    def _visible(self, group: Any) -> Any:
+        names = group.column_names if self.arrow else list(group.columns)
+        keep = [not str(n).startswith(PREFIX) for n in names]
+        if self.arrow:
+            return group.select([i for i, k in enumerate(keep) if k])
+        # A mask, not names: two columns may share one (a condition join's keys).
+        return group.loc[:, keep]
+
+    def _empty(self) -> Any:
+        if self.arrow:
+            import pyarrow as pa
+
+            return pa.table({})
+        import pandas as pd
+
+        return pd.DataFrame()  # no rows, no columns: Spark takes it for any schema
+
+    def _with_ids(self, result: Any, ids: np.ndarray) -> Any:
+        if self.arrow:
+            import pyarrow as pa
+
+            if not isinstance(result, pa.Table) or (result.num_columns == 0 == result.num_rows):
+                return result  # Spark's own check names what is wrong; empty fits any schema
+            n = result.num_rows
+            offsets = np.arange(n + 1, dtype=np.int32) * len(ids)
+            # The type Spark expects of array<bigint> (no null element): it compares them.
+            kind = pa.list_(pa.field("element", pa.int64(), nullable=False))
+            column = pa.ListArray.from_arrays(offsets, np.tile(ids, n), type=kind)
+            return result.append_column(self.out, column)
+        import pandas as pd
+
+        if not isinstance(result, pd.DataFrame) or (result.empty and len(result.columns) == 0):
+            return result
+        if not any(isinstance(c, str) for c in result.columns):
+            # Spark assigns unnamed columns by position: name them so, as the ids' is named.
+            if len(result.columns) == len(self.names):
+                result = result.set_axis(self.names, axis=1)
+        else:
+            result = result.copy(deep=False)
+        result[self.out] = pd.Series([ids] * len(result), index=result.index, dtype=object)
+        return result
+
+
+def group_function(
+    func: Callable,
+    spec: UdfSpec,
+    ids: str,
+    names: list[str],
+    out: str,
+    arity: int,
+    sides: int,
+    arrow: bool,
+) -> Callable:
+    """The function Spark runs for each group (or pair of cogroups): `arity` positional
+    parameters, as the user's function has, since Spark passes the grouping key or not by
+    counting them."""
+    run = _GroupRun(func, spec, ids, names, out, arity > sides, arrow)
+    if sides == 1:
+        if arity == 1:
+
+            def one(data: Any) -> Any:
+                return run(None, data)
+
+            return one
+
+        def keyed(key: Any, data: Any) -> Any:
+            return run(key, data)
+
+        return keyed
+    if arity == 2:
+
+        def both(left: Any, right: Any) -> Any:
+            return run(None, left, right)
+
+        return both
+
+    def keyed_both(key: Any, left: Any, right: Any) -> Any:
+        return run(key, left, right)
+
+    return keyed_both
