@@ -111,6 +111,16 @@ def main(url: str, work: str) -> None:
                 (a, b) for a, b in items if a == row.okey
             }, row
 
+        # A grouped map (Connect's own GroupedData.applyInPandas): each row its group's.
+        def biggest(pdf):
+            return pdf.nlargest(1, "okey")[["ckey", "okey"]]
+
+        g = o.groupBy("ckey").applyInPandas(biggest, "ckey int, okey int")
+        for row in g.collect():
+            assert row.okey == max(a for a, b, _ in orders if b == row.ckey), row
+            back = g.lineage().filter(lambda x, c=row.ckey: x["ckey"] == c).go_back_all()
+            assert set(back.collect()) == {lines[a] for a, b, _ in orders if b == row.ckey}
+
         # A UDF that raises: the failed action names the rows it raises on as culprits
         # (a deterministic call takes no ids: the site's name must come back in the
         # server's error text for the client to find them).

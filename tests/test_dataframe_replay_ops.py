@@ -128,6 +128,17 @@ def w():
     return Window.partitionBy("ckey").orderBy("okey")
 
 
+def _cogrouped_map(t):
+    def total(key, left, right):  # local: cloudpickle ships it by value
+        amount = int(left["amount"].sum())
+        return pd.DataFrame({"okey": [int(key[0])], "amt": [amount], "n": [len(right)]})
+
+    orders = t["orders"].groupBy("okey")
+    return orders.cogroup(t["items"].groupBy("okey")).applyInPandas(
+        total, "okey int, amt long, n long"
+    )
+
+
 def note_key():
     return F.split(F.col("value"), " ").getItem(2).cast("int")
 
@@ -270,6 +281,7 @@ SHAPES = [
         "WHERE CAST(split(value, ' ')[2] AS INT) IN (SELECT okey FROM orders WHERE status = 'F') "
         "GROUP BY 1 HAVING count(*) >= 1",
     ),
+    ("cogroup().applyInPandas (csv x parquet)", _cogrouped_map),
     ("pandas UDF", "pandas"),
     ("on_error=skip UDF", "skip"),
 ]
