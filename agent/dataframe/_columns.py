@@ -93,6 +93,77 @@ def scan_id_sql(cp: int) -> str:
     )
 
 
+def file_scan_id_sql(cp: int, uris: list[str], sizes: list[int]) -> str:
+    """The record id (cp, file index, row index in the file) of each row of a scan addressed
+    by file (`_scan.by_file`), as SQL text; `uris` and `sizes` are the listed files'
+    `_metadata.file_path` and size. Any plan gives a row the same id, so it may be projected
+    above a pruned, filtered scan."""
+    index = _file_index_sql(uris, sizes) if uris else "CAST(NULL AS INT)"  # no file: no row
+    return (
+        f"{cp << CP_SHIFT} | shiftleft(CAST({index} AS BIGINT), {POSITION_BITS}) "
+        "| _metadata.row_index"
+    )
+
+
+def _file_index_sql(uris: list[str], sizes: list[int]) -> str:
+    """A row's file index, from its file's size by a two-level perfect hash (a bucket by
+    size mod the number of sizes, then a slot by size mod the bucket's own modulus, chosen
+    so that its sizes fall in distinct slots): three array lookups a row, whatever the
+    number of files. Spark looks up a map by a linear search (a map from paths: TPC-H Q1
+    over 112 files 1.58x the ids without a file index, against 1.23x for this), and a
+    search tree of CASE expressions grows Spark's generated code past what it compiles
+    (3.8x). Files of one size are told apart by path; a size no listed file has fails the
+    query rather than lose its lineage."""
+    keys = sorted(set(sizes))
+    n = len(keys)
+    buckets: list[list[int]] = [[] for _ in range(n)]
+    for k in keys:
+        buckets[k % n].append(k)
+    mods, offsets, table = [], [], []
+    for bucket in buckets:
+        m = max(len(bucket), 1)
+        while len({k % m for k in bucket}) < len(bucket):
+            m += 1
+        mods.append(m)
+        offsets.append(len(table))
+        slots = [-1] * m  # -1: no file has this slot's size
+        for k in bucket:
+            slots[k % m] = k
+        table.extend(slots)
+    files_of: dict[int, list[int]] = {}
+    for i, size in enumerate(sizes):
+        files_of.setdefault(size, []).append(i)
+    # The file index at each slot; -2: several files share its size.
+    found = [-1 if k < 0 else files_of[k][0] if len(files_of[k]) == 1 else -2 for k in table]
+    missing = f"raise_error({_string_literal('provrepo: a file the scan did not list was read')})"
+    shared = " ".join(
+        f"WHEN _metadata.file_path = {_string_literal(uris[i])} THEN {i}"
+        for fs in files_of.values()
+        if len(fs) > 1
+        for i in fs
+    )
+    by_path = f"CASE {shared} ELSE {missing} END" if shared else missing
+    size = "_metadata.file_size"
+    bucket_at = f"CAST(pmod({size}, {n}) AS INT) + 1"
+    slot = (
+        f"element_at({_array(offsets)}, {bucket_at}) + CAST(pmod({size}, "
+        f"element_at({_array(mods)}, {bucket_at})) AS INT) + 1"
+    )
+    at = f"element_at({_array(found)}, {slot})"
+    return (
+        f"CASE WHEN element_at({_array(table)}, {slot}) <> {size} THEN {missing} "
+        f"WHEN {at} >= 0 THEN {at} ELSE {by_path} END"
+    )
+
+
+def _array(values: list[int]) -> str:
+    return f"array({', '.join(map(str, values))})"
+
+
+def _string_literal(text: str) -> str:
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
 def collected(F: Any, lin: Lineage, alias: str) -> Any:
     """An aggregate expression named `alias`: every id of the group's rows, as one array.
     One SQL expression: built from Column calls it cost ~16 py4j round trips for one

@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING, Any
 
 from .._rdd import UnsupportedOperation
 from .._splits import UnsupportedInput
-from ._columns import Lineage, fresh, scan_id_sql, sql_name
+from ._columns import Lineage, file_scan_id_sql, fresh, scan_id_sql, sql_name
 from ._frame import LineageDataFrame
 from ._recipe import Call, Source, frames_under, recipe_of, set_recipe
-from ._scan import ScanConf, partitioned, plan_scan, scan_conf
+from ._scan import ScanConf, by_file, check_options, nested, partitioned, plan_scan, scan_conf
 
 if TYPE_CHECKING:
     from ._session import FrameAgent
@@ -100,13 +100,26 @@ def scanned(agent: FrameAgent, fmt: str, paths: list[str], schema: Any, opts: di
     spark = agent.spark
     # Refuse what cannot be traced before Spark reads anything (its errors would come first).
     conf = scan_conf(spark) if agent.plumbing.capture else None
-    scan = plan_scan(spark, fmt, paths, opts, conf) if conf is not None else None
+    nested_parquet = conf is not None and fmt == "parquet" and nested(paths)
+    scan = None
+    if conf is not None and not nested_parquet:
+        scan = plan_scan(spark, fmt, paths, opts, conf)
+    elif nested_parquet:
+        check_options(fmt, opts)
     reader = spark.read.format(fmt)
     if schema is not None:
         reader = reader.schema(schema)
     if opts:
         reader = reader.options(**opts)
     df = reader.load(paths if len(paths) != 1 else paths[0])
+    if nested_parquet:
+        if "_metadata" in df.columns:
+            raise UnsupportedInput(
+                f"parquet({','.join(paths)}): a column named _metadata hides Spark's file "
+                "metadata, which rows under partitioned directories are numbered by"
+            )
+        # Spark's own listing (the files it will read, in its names for them).
+        scan = plan_scan(spark, fmt, paths, opts, conf, listed=df.inputFiles())
     if scan is None or conf is None:
         return LineageDataFrame(agent, df, Lineage())
     cp = agent.plumbing.source_cp(fmt, len(scan["partitions"]), path=",".join(paths), scan=scan)
@@ -115,7 +128,11 @@ def scanned(agent: FrameAgent, fmt: str, paths: list[str], schema: Any, opts: di
     # The id is projected directly over the scan, where monotonically_increasing_id() is
     # (scan partition, row index): see _columns.scan_id_sql. `selectExpr` of text: 7 py4j
     # round trips where `select("*", Column.alias(...))` takes ~25.
-    projection = f"{scan_id_sql(cp.number)} AS {sql_name(h)}"
+    if by_file(scan):
+        ids = file_scan_id_sql(cp.number, scan["uris"], [f[1] for f in scan["files"]])
+    else:
+        ids = scan_id_sql(cp.number)
+    projection = f"{ids} AS {sql_name(h)}"
     frame = LineageDataFrame(
         agent,
         None,

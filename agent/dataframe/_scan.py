@@ -179,6 +179,17 @@ def _data_file(name: str) -> bool:
     return not (name.startswith(("_", ".")) or name.endswith("._COPYING_"))
 
 
+def nested(paths: list[str]) -> bool:
+    """Whether a directory among `paths` (globs expanded) holds a subdirectory: a partitioned
+    (`key=value`) or nested layout, whose files Spark lists in an order of its own."""
+    for raw in paths:
+        p = os.path.abspath(local_path(raw))
+        for m in sorted(glob.glob(p)) if glob.has_magic(p) else [p]:
+            if os.path.isdir(m) and any(e.is_dir() for e in os.scandir(m)):
+                return True
+    return False
+
+
 def list_files(paths: list[str], fmt: str) -> list[ScanFile]:
     """The leaf files Spark reads for `paths`, in Spark's order: paths as given, globs
     sorted, a directory's entries in directory order (Hadoop's local listStatus is the
@@ -197,7 +208,8 @@ def list_files(paths: list[str], fmt: str) -> list[ScanFile]:
                     if os.path.isdir(full):
                         raise UnsupportedInput(
                             f"{fmt}({raw!r}): directory {m} holds a subdirectory ({name}); "
-                            "partitioned or nested directories are not supported with lineage"
+                            "partitioned or nested directories are supported with lineage "
+                            "for Parquet only"
                         )
                     if _data_file(name):
                         out.append(_stat(full))
@@ -343,30 +355,73 @@ def parquet_row_groups(files: list[ScanFile]) -> list[list[list[int]]]:
 
 
 def plan_scan(
-    spark: Any, fmt: str, paths: list[str], options: dict[str, Any], conf: ScanConf | None = None
+    spark: Any,
+    fmt: str,
+    paths: list[str],
+    options: dict[str, Any],
+    conf: ScanConf | None = None,
+    listed: list[str] | None = None,
 ) -> dict:
     """The descriptor of a scan: everything needed to re-read a row from its (partition,
     position), and to notice that the files changed since. The files are listed now (as
     Spark lists them when a DataFrame is read), the partitions planned under `conf` (the
-    session's settings now if None)."""
+    session's settings now if None).
+
+    Parquet under partitioned (`key=value`) or nested directories is *addressed by file*
+    (`"addressing": "file"`): a row's id is (its file's index, its `_metadata.row_index`),
+    which no plan changes, so Spark keeps pruning partitions and pushing filters into the
+    scan. Spark lists such files in an order this module cannot reproduce (a hash map's), so
+    they are Spark's own listing: `listed` (`DataFrame.inputFiles()`), or read now."""
     rules = check_options(fmt, options)
-    files = list_files(paths, fmt)
+    by_file = fmt == "parquet" and nested(paths)
+    if by_file:
+        if listed is None:
+            listed = spark.read.options(**options).parquet(*paths).inputFiles()
+        named = sorted((local_path(u), metadata_path(u)) for u in listed)
+        files = [_stat(p) for p, _ in named]
+    else:
+        files = list_files(paths, fmt)
     scan: dict[str, Any] = {
         "format": fmt,
         "files": [[f.path, f.size, f.mtime_ns] for f in files],
         "options": rules,
     }
+    if by_file:
+        scan["addressing"] = "file"
+        scan["uris"] = [u for _, u in named]  # each file's `_metadata.file_path`
     if fmt == "parquet":
         scan["row_groups"] = parquet_row_groups(files)
     scan.update(partitioned(scan, scan_conf(spark) if conf is None else conf))
     return scan
 
 
+def by_file(scan: dict) -> bool:
+    """Whether a scan's rows are addressed by (file, row index), not by Spark's plan."""
+    return scan.get("addressing") == "file"
+
+
+def metadata_path(uri: str) -> str:
+    """A file's `_metadata.file_path` from its `inputFiles()` name: the same URI, Hadoop's
+    (`file:/a%20b/k=v/f`), but for the empty authority inputFiles writes (`file:///...`)."""
+    return "file:/" + uri[len("file:///") :] if uri.startswith("file:///") else uri
+
+
 def partitioned(scan: dict, conf: ScanConf) -> dict[str, Any]:
     """A scan descriptor's "partitions" and "conf" as Spark plans them under `conf`, from
     the files as the descriptor lists them (their sizes when they were listed: Spark plans
-    from the listing made when the DataFrame was read, not from the files as they are)."""
+    from the listing made when the DataFrame was read, not from the files as they are). A
+    scan addressed by file has one "partition" per file, under any settings."""
     files = [ScanFile(str(p), int(size), int(mtime)) for p, size, mtime in scan["files"]]
+    if by_file(scan):
+        if len(files) > MAX_SCAN_PARTITIONS:
+            raise UnsupportedInput(
+                f"a scan of {len(files)} files does not fit lineage record ids (at most "
+                f"{MAX_SCAN_PARTITIONS} files under partitioned directories)"
+            )
+        for groups in scan["row_groups"]:
+            _fits(sum(n for _, n in groups))
+        whole = [[[fi, 0, f.size]] for fi, f in enumerate(files)]
+        return {"partitions": whole, "conf": conf.to_dict()}
     parts = plan_partitions(files, conf)
     groups = scan.get("row_groups")
     if groups is not None:  # Parquet
