@@ -392,10 +392,10 @@ def test_file_changed_between_read_and_action(lc, spark, tmp_path):
 @pytest.mark.parametrize("fmt", ["csv", "parquet"])
 def test_an_eager_checkpoint_numbers_rows_as_an_action(lc, spark, data, fmt):
     """`localCheckpoint()` runs a job that gives the rows their ids, under the settings of
-    that moment: the scan takes that plan then (its lineage exact), and an action over the
-    checkpointed rows under other settings later is refused, naming the checkpoint (else
-    the plan would follow the later settings while the rows kept the earlier ids; refused
-    though this action reads the checkpoint, not the scan: the check is per source)."""
+    that moment: the scan takes that plan then. An action over the checkpointed rows under
+    other settings later reads them from the checkpoint, ids and all, so it runs (its
+    lineage exact); one that reads the scan again under them is refused, naming the
+    checkpoint (its rows would get other ids)."""
     start, before, after = {}, *CHANGES["maxPartitionBytes"]
     with restored(spark):
         settle(spark, start)
@@ -403,10 +403,9 @@ def test_an_eager_checkpoint_numbers_rows_as_an_action(lc, spark, data, fmt):
         settle(spark, before)
         kept = cheap_items(i).localCheckpoint()
         settle(spark, after)
+        rows = kept.collect()
         refused = r"items.*numbered by localCheckpoint.*700 -> 400"
         with pytest.raises(UnsupportedInput, match=refused):
-            kept.collect()
-        settle(spark, before)
-        rows = kept.collect()
+            cheap_items(i).join(kept.select("okey"), "okey").collect()
         _differs(spark, lc, start, before)
     check_lineage(lc, data, fmt, kept, rows, ref_cheap_items, ["okey", "price"])

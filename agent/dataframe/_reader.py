@@ -19,7 +19,7 @@ from .._rdd import UnsupportedOperation
 from .._splits import UnsupportedInput
 from ._columns import Lineage, file_scan_id_sql, fresh, scan_id_sql, sql_name
 from ._frame import LineageDataFrame
-from ._recipe import Call, Source, frames_under, recipe_of, set_recipe
+from ._recipe import Call, Source, frames_under, materialized, recipe_of, set_recipe
 from ._scan import ScanConf, by_file, check_options, nested, partitioned, plan_scan, scan_conf
 
 if TYPE_CHECKING:
@@ -233,18 +233,24 @@ class ScanPlans:
 
 
 def sources_of(frame: Any) -> set[int]:
-    """The source capture points whose ids an action over `frame` may record: those its
-    rows carry, and those of every source its calls read (an anti join's other side, whose
-    ids a failing UDF names as culprits). An `lc.sql` frame counts those its rows carry:
+    """The source capture points whose ids an action over `frame` may make: those of every
+    source its calls read (an anti join's other side, whose ids a failing UDF names as
+    culprits), and those its rows carry. Not past an eager checkpoint: its rows and their
+    ids were made when it ran (that job planned its sources then), and later jobs read them
+    from the checkpoint, under any settings. An `lc.sql` frame counts those its rows carry:
     its recipe holds every view of the context, read or not."""
-    out: set[int] = set(frame._lin.cps)
-    for o in frames_under(frame, views=False):
+    out: set[int] = set()
+    cut = False
+    for o in frames_under(frame, views=False, past=lambda call: not materialized(call)):
         recipe = recipe_of(o)
         if isinstance(recipe, Source):
             out.add(recipe.cp)
-        elif not isinstance(recipe, Call) and isinstance(o, LineageDataFrame):
+        elif isinstance(recipe, Call):
+            cut = cut or materialized(recipe)
+        elif isinstance(o, LineageDataFrame):
             out |= o._lin.cps  # lc.sql, or a frame without a recipe
-    return out
+    # Without a checkpoint on the way, every id the rows carry comes from a source read.
+    return out if cut else out | set(frame._lin.cps)
 
 
 def _refusal(s: _Scan, now: ScanConf) -> str:

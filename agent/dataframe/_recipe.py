@@ -66,9 +66,12 @@ def recipe_of(obj: Any) -> Call | Source | SqlQuery | None:
     return vars(obj).get("_recipe") if type(obj) in _RECORDED else None
 
 
-def frames_under(obj: Any, views: bool = True) -> list[Any]:
+def frames_under(
+    obj: Any, views: bool = True, past: Callable[[Call], bool] | None = None
+) -> list[Any]:
     """`obj` and every captured frame or grouped data it was made from, through the
-    recipes (calls' receivers and arguments, and `lc.sql` views unless `views` is False)."""
+    recipes (calls' receivers and arguments, and `lc.sql` views unless `views` is False;
+    a call's receiver only where `past(call)` says so, when given)."""
     seen: dict[int, Any] = {}
     todo = [obj]
     while todo:
@@ -84,10 +87,22 @@ def frames_under(obj: Any, views: bool = True) -> list[Any]:
         seen[id(o)] = o
         recipe = recipe_of(o)
         if isinstance(recipe, Call):
-            todo += [recipe.receiver, *recipe.args, *recipe.kwargs.values()]
+            if past is None or past(recipe):
+                todo.append(recipe.receiver)
+            todo += [*recipe.args, *recipe.kwargs.values()]
         elif isinstance(recipe, SqlQuery) and views:
             todo += list(recipe.views.values())
     return list(seen.values())
+
+
+def materialized(call: Call) -> bool:
+    """Whether `call` made its rows once for good: an eager `localCheckpoint` /
+    `checkpoint`, whose rows (and ids) later jobs read from the checkpoint, not from the
+    frame it was called on."""
+    if call.method not in ("localCheckpoint", "checkpoint"):
+        return False
+    eager = call.args[0] if call.args else call.kwargs.get("eager", True)
+    return bool(eager)
 
 
 def set_recipe(obj: Any, recipe: Call | Source | SqlQuery) -> None:
