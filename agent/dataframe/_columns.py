@@ -119,7 +119,9 @@ def _file_index_sql(uris: list[str], sizes: list[int]) -> str:
     buckets: list[list[int]] = [[] for _ in range(n)]
     for k in keys:
         buckets[k % n].append(k)
-    mods, offsets, table = [], [], []
+    mods: list[int] = []
+    offsets: list[int] = []
+    table: list[int] = []
     for bucket in buckets:
         m = max(len(bucket), 1)
         while len({k % m for k in bucket}) < len(bucket):
@@ -143,15 +145,15 @@ def _file_index_sql(uris: list[str], sizes: list[int]) -> str:
         for i in fs
     )
     by_path = f"CASE {shared} ELSE {missing} END" if shared else missing
-    size = "_metadata.file_size"
-    bucket_at = f"CAST(pmod({size}, {n}) AS INT) + 1"
+    file_size = "_metadata.file_size"
+    bucket_at = f"CAST(pmod({file_size}, {n}) AS INT) + 1"
     slot = (
-        f"element_at({_array(offsets)}, {bucket_at}) + CAST(pmod({size}, "
+        f"element_at({_array(offsets)}, {bucket_at}) + CAST(pmod({file_size}, "
         f"element_at({_array(mods)}, {bucket_at})) AS INT) + 1"
     )
     at = f"element_at({_array(found)}, {slot})"
     return (
-        f"CASE WHEN element_at({_array(table)}, {slot}) <> {size} THEN {missing} "
+        f"CASE WHEN element_at({_array(table)}, {slot}) <> {file_size} THEN {missing} "
         f"WHEN {at} >= 0 THEN {at} ELSE {by_path} END"
     )
 
