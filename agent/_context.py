@@ -200,6 +200,11 @@ class LineageContext:
         whose failures are recorded as culprits (FAIL events naming the row's sources)."""
         return self._dataframes.udfs
 
+    def table(self, tableName: str) -> Any:
+        """`spark.table`: a Parquet table of the catalog, its rows source records (see
+        `lc.read.table`)."""
+        return self.read.table(tableName)
+
     def createDataFrame(self, data: Any, schema: Any = None, **kwargs: Any) -> Any:
         """`spark.createDataFrame` whose rows are source records (their values captured)."""
         return self._dataframes.create(data, schema, **kwargs)

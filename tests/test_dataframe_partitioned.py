@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from pyspark.sql import functions as F
 
-from agent import LineageContext, LineageRDD, UnsupportedInput
+from agent import LineageContext, LineageRDD, UnsupportedInput, UnsupportedOperation
 from journals import unpack_record_ids
 
 pytestmark = pytest.mark.spark
@@ -173,3 +173,39 @@ def test_files_of_one_size_are_told_apart(spark, repo, tmp_path):
     assert sorted(r.k for r in rows) == [k for k in keys if k % 3 == 0]
     for r, ids in _traced(lc, q, rows, key="k"):
         assert ids == {r[0]}
+
+
+def test_read_table_of_a_parquet_table(spark, repo, tmp_path):
+    """`lc.read.table` / `lc.table`: a Parquet catalog table (partitioned; its partition
+    column typed by the table, not by the directory names) read as its files: vanilla's rows,
+    each traced to its own; other tables are refused."""
+    df = spark.createDataFrame(ROWS, "id INT, region STRING, year INT, amount INT")
+    df.write.partitionBy("year").saveAsTable("prov_sales", path=str(tmp_path / "sales"))
+    df.limit(3).write.format("csv").saveAsTable("prov_csv", path=str(tmp_path / "csv"))
+    try:
+        lc = LineageContext(spark, repo)
+        t = lc.table("prov_sales")
+        assert t.schema == spark.table("prov_sales").schema
+        q = t.where("amount > 50").select("id", "year")
+        rows = q.collect()
+        assert sorted(rows) == sorted(
+            spark.table("prov_sales").where("amount > 50").select("id", "year").collect()
+        )
+        for r, ids in _traced(lc, q, rows):
+            assert ids == {r[0]}
+        df.coalesce(2).write.saveAsTable("prov_flat", path=str(tmp_path / "flat"))
+        flat = lc.read.table("prov_flat").where("id % 7 = 0").select("id")
+        rows = flat.collect()
+        assert sorted(r.id for r in rows) == [i for i, *_ in ROWS if i % 7 == 0]
+        for r, ids in _traced(lc, flat, rows):
+            assert ids == {r[0]}
+        with pytest.raises(UnsupportedOperation, match="provider csv"):
+            lc.read.table("prov_csv")
+        spark.range(2).createOrReplaceTempView("prov_view")
+        with pytest.raises(UnsupportedOperation, match="a view"):
+            lc.read.table("prov_view")
+    finally:
+        spark.sql("DROP TABLE IF EXISTS prov_sales")
+        spark.sql("DROP TABLE IF EXISTS prov_csv")
+        spark.sql("DROP TABLE IF EXISTS prov_flat")
+        spark.catalog.dropTempView("prov_view")

@@ -20,7 +20,16 @@ from .._splits import UnsupportedInput
 from ._columns import Lineage, file_scan_id_sql, fresh, scan_id_sql, sql_name
 from ._frame import LineageDataFrame
 from ._recipe import Call, Source, frames_under, materialized, recipe_of, set_recipe
-from ._scan import ScanConf, by_file, check_options, nested, partitioned, plan_scan, scan_conf
+from ._scan import (
+    ScanConf,
+    by_file,
+    check_options,
+    local_path,
+    nested,
+    partitioned,
+    plan_scan,
+    scan_conf,
+)
 
 if TYPE_CHECKING:
     from ._session import FrameAgent
@@ -87,12 +96,43 @@ class LineageReader:
         return self.load(list(paths), "parquet", None, **options)
 
     def table(self, tableName: str) -> LineageDataFrame:
-        raise UnsupportedOperation("read.table: catalog tables with lineage (read the files)")
+        """A Parquet table of the catalog (`saveAsTable`), read as its files with the
+        table's schema: the rows `spark.read.table` gives, each with its id."""
+        return table_scan(self._agent, tableName)
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("_"):
             raise AttributeError(name)
         raise UnsupportedOperation(f"DataFrameReader.{name} with lineage capture")
+
+
+def table_scan(agent: FrameAgent, name: str) -> LineageDataFrame:
+    """`lc.read.table(name)`: a catalog table whose provider is Parquet, as the files at its
+    location (partitioned directories too) read with the table's schema. Refused, naming
+    why, for other providers, views, and tables whose files Spark lists otherwise than the
+    location holds them (partitions the catalog dropped or added elsewhere)."""
+    spark = agent.spark
+    vanilla = spark.read.table(name)  # Spark's own error for an unknown table
+    if not agent.plumbing.capture:
+        return LineageDataFrame(agent, vanilla, Lineage())
+    info = {r[0]: r[1] for r in spark.sql(f"DESCRIBE TABLE EXTENDED {name}").collect() if r[0]}
+    provider, location = str(info.get("Provider", "")).lower(), info.get("Location")
+    if provider != "parquet" or not location:
+        what = f"provider {provider}" if provider else "a view, or a table without files"
+        raise UnsupportedOperation(
+            f"read.table({name!r}) with lineage: only Parquet tables are read as their files "
+            f"(this is {what}); read its files with lc.read"
+        )
+    frame = scanned(agent, "parquet", [location], vanilla.schema, {})
+    recipe = recipe_of(frame)
+    assert isinstance(recipe, Source) and recipe.scan is not None
+    listed = {str(f[0]) for f in recipe.scan[3]["files"]}
+    if {local_path(u) for u in vanilla.inputFiles()} != listed:
+        raise UnsupportedInput(
+            f"read.table({name!r}): the catalog's partitions of the table name other files "
+            f"than its location {location} holds; read the files with lc.read"
+        )
+    return frame
 
 
 def scanned(agent: FrameAgent, fmt: str, paths: list[str], schema: Any, opts: dict) -> Any:
