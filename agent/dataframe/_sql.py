@@ -1356,6 +1356,7 @@ def run_sql(
     from ._frame import LineageDataFrame
     from ._recipe import set_recipe
     from ._sqlargs import SqlQueryArgs, drop_views, format_kwargs, named_markers
+    from ._sqltables import read_catalog_tables
 
     spark = agent.spark
     kwargs = kwargs or {}
@@ -1371,6 +1372,7 @@ def run_sql(
         vanilla = spark.sql(text, args)
         names = [c for c in vanilla.columns if not is_hidden(c)]
         text, params = named_markers(text, args)
+        text = read_catalog_tables(agent, text, views)
         rw = SqlRewriter(agent, params, views)
         rewritten, lin = rw.rewrite(text)
         run, frames, rewritten = rw.texts(rewritten)
