@@ -155,6 +155,25 @@ def check(
     return q
 
 
+def explained(df, mode: Any = None) -> str:
+    """What `df.explain(mode)` prints."""
+    import contextlib
+    import io
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        df.explain(mode)
+    return out.getvalue()
+
+
+def plan_shape(df) -> str:
+    """`df`'s plans (`explain(True)`) without expression and plan ids, which differ between
+    two analyses of equal plans."""
+    import re
+
+    return re.sub(r"#\d+L?|plan_id=\d+", "#", explained(df, True))
+
+
 def nulled(t):
     """items with the order key of every fifth order null (the generated data has none)."""
     okey = F.col("okey")

@@ -5,12 +5,11 @@ under any scan settings, and replay rebuilds the query."""
 
 from __future__ import annotations
 
-import io
 from collections import Counter
-from contextlib import redirect_stdout
 
 import numpy as np
 import pytest
+from _dfcheck import explained
 from pyspark.sql import functions as F
 
 from agent import LineageContext, LineageRDD, UnsupportedInput, UnsupportedOperation
@@ -30,13 +29,6 @@ def dataset(spark, tmp_path_factory):
     # Several files per partition directory, of unequal sizes.
     df.repartition(4, "id").write.partitionBy("region", "year").parquet(str(d / "sales"))
     return str(d / "sales")
-
-
-def _plan(df) -> str:
-    buf = io.StringIO()
-    with redirect_stdout(buf):
-        df.explain()
-    return buf.getvalue()
 
 
 def _traced(lc, q, rows, key="id"):
@@ -90,7 +82,7 @@ def test_partition_filter_and_aggregate_against_brute_force(spark, repo, dataset
         _, region, year, _ = ROWS[sid]
         assert list(outs) == [next(tuple(r) for r in rows if tuple(r[:2]) == (region, year))]
     # Spark still prunes the partitions and pushes the filter into the scan.
-    plan = _plan(q.dataframe)
+    plan = explained(q.dataframe)
     assert "PartitionFilters: [isnotnull(region" in plan
     assert "PushedFilters: [IsNotNull(amount), GreaterThan(amount,20)]" in plan
 

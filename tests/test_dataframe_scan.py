@@ -8,7 +8,6 @@ many file-size and configuration shapes."""
 from __future__ import annotations
 
 import contextlib
-import io
 import json
 import os
 import random
@@ -16,6 +15,7 @@ import shutil
 
 import numpy as np
 import pytest
+from _dfcheck import explained
 from pyspark.sql import functions as F
 
 from agent import UnsupportedInput
@@ -306,13 +306,6 @@ def test_filtered_scan_rows_resolve_to_their_lines(lc, spark, tmp_path, fmt):
             assert json.loads(line) == {"k": r.k, "v": r.v, "s": r.s}, (r, line)
 
 
-def explained(df) -> str:
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        df.explain("formatted")
-    return out.getvalue()
-
-
 @pytest.mark.parametrize("fmt", ["csv", "json"])
 def test_captured_scan_reads_only_the_columns_used(lc, spark, tmp_path, fmt):
     """The id projection over the scan keeps Spark's column pruning: the parser converts only
@@ -325,6 +318,6 @@ def test_captured_scan_reads_only_the_columns_used(lc, spark, tmp_path, fmt):
         df = lc.read.csv(str(d), header=True, comment="#", schema=schema)
     else:
         df = lc.read.json(str(d), schema=schema)
-    plan = explained(df.where(F.col("v") < 20).groupBy().agg(F.sum("k")).dataframe)
+    plan = explained(df.where(F.col("v") < 20).groupBy().agg(F.sum("k")).dataframe, "formatted")
     assert "ReadSchema: struct<k:int,v:int>" in plan, plan
     assert "PushedFilters" not in plan, plan

@@ -232,6 +232,8 @@ def _flat(cols: tuple) -> list:
     "checkpoint",
     "observe",
     "sampleBy",
+    "describe",
+    "summary",
 )
 class LineageDataFrame:
     """A captured DataFrame. Transformations return LineageDataFrames; actions return what
@@ -822,6 +824,33 @@ class LineageDataFrame:
         star in the metrics is spelled out as for `agg`); rows and lineage unchanged."""
         exprs = tuple(self._unstarred(exprs, "observe", lambda df, cols: df.agg(*cols)))
         return self._same_columns(self._df.observe(observation, *exprs))
+
+    def describe(self, *cols: Any) -> LineageDataFrame:
+        """Spark's `describe` (its rows and values); each statistic's row is made from every
+        input row, as a global aggregate's."""
+        return self._statistics("describe", cols)
+
+    def summary(self, *statistics: str) -> LineageDataFrame:
+        """Spark's `summary`, with `describe`'s lineage."""
+        return self._statistics("summary", statistics)
+
+    def _statistics(self, method: str, args: tuple) -> LineageDataFrame:
+        """Spark's statistics over the visible columns, each row joined to one aggregate of
+        every input row's ids. The input runs twice, so it must give the same rows each
+        time (`_stable`)."""
+        if not self._lin:
+            return self._new(getattr(self._df, method)(*args))
+        if not _stable(self):
+            raise UnsupportedOperation(
+                f"{method}() with lineage capture over an input that may give other rows when "
+                "it runs again (a sample, a limit, a UDF or a nondeterministic function, an "
+                "aggregate before it, lc.sql): Spark computes the statistics apart from the "
+                "ids; cache() the input first"
+            )
+        stats = getattr(self._visible_df(), method)(*args)
+        name = fresh()
+        ids = self._df.agg(collected(F, self._lin, name))
+        return self._new(stats.crossJoin(ids), Lineage((), (name,), self._lin.cps))
 
     def transform(self, func: Callable, *args: Any, **kwargs: Any) -> Any:
         return func(self, *args, **kwargs)
