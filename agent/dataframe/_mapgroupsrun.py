@@ -99,12 +99,7 @@ class _GroupRun:
 
             if not isinstance(result, pa.Table) or (result.num_columns == 0 == result.num_rows):
                 return result  # Spark's own check names what is wrong; empty fits any schema
-            n = result.num_rows
-            offsets = np.arange(n + 1, dtype=np.int32) * len(ids)
-            # The type Spark expects of array<bigint> (no null element): it compares them.
-            kind = pa.list_(pa.field("element", pa.int64(), nullable=False))
-            column = pa.ListArray.from_arrays(offsets, np.tile(ids, n), type=kind)
-            return result.append_column(self.out, column)
+            return result.append_column(self.out, _repeated(ids, result.num_rows))
         import pandas as pd
 
         if not isinstance(result, pd.DataFrame) or (result.empty and len(result.columns) == 0):
@@ -115,8 +110,23 @@ class _GroupRun:
                 result = result.set_axis(self.names, axis=1)
         else:
             result = result.copy(deep=False)
-        result[self.out] = pd.Series([ids] * len(result), index=result.index, dtype=object)
+        # The same Arrow list array as applyInArrow's (its offsets checked for overflow).
+        result[self.out] = pd.Series(
+            pd.arrays.ArrowExtensionArray(_repeated(ids, len(result))), index=result.index
+        )
         return result
+
+
+def _repeated(ids: np.ndarray, n: int) -> Any:
+    """An Arrow array of `n` lists, each `ids`, typed as Spark types array<bigint> (no null
+    element: Spark compares the types of Arrow results)."""
+    import pyarrow as pa
+
+    offsets = np.arange(n + 1, dtype=np.int64) * len(ids)
+    kind = pa.large_list(pa.field("element", pa.int64(), nullable=False))
+    return pa.LargeListArray.from_arrays(offsets, np.tile(ids, n), type=kind).cast(
+        pa.list_(pa.field("element", pa.int64(), nullable=False))
+    )
 
 
 def group_function(
