@@ -26,6 +26,44 @@ def interleaved(fns: dict[str, Callable[[], object]], runs: int) -> dict[str, li
     return times
 
 
+def vanilla_and_captured(
+    spark, build: Callable, runs: int, work: str, kept: Callable | None = None
+) -> dict[str, list[float]]:
+    """Wall seconds of `build(reader).collect()` with `spark.read` ("vanilla") and with
+    `lc.read` ("captured": a fresh repository per run, rolled over after the timed part),
+    alternating, each going first in turn; the DataFrames are built before the timer starts.
+    `kept(repo_path, lc, frame)` is called after each captured run, the repository still
+    open; the repository is deleted after it unless it returns True."""
+    import os
+    import shutil
+
+    from agent import LineageContext
+    from repository import ProvenanceRepository, RepositoryConfig
+
+    times: dict[str, list[float]] = {"vanilla": [], "captured": []}
+    for run in range(runs):
+        order = ["vanilla", "captured"][run % 2 :] + ["vanilla", "captured"][: run % 2]
+        for variant in order:
+            if variant == "vanilla":
+                q = build(spark.read)
+                t0 = time.perf_counter()
+                q.collect()
+                times[variant].append(time.perf_counter() - t0)
+                continue
+            repo_path = os.path.join(work, f"repo-{len(times[variant])}-{time.time_ns()}")
+            with ProvenanceRepository.open(repo_path, RepositoryConfig(sync="none")) as r:
+                lc = LineageContext(spark, r)
+                q = build(lc.read)
+                t0 = time.perf_counter()
+                q.collect()
+                times[variant].append(time.perf_counter() - t0)
+                r.rollover()
+                keep = kept(repo_path, lc, q) if kept is not None else False
+            if not keep:
+                shutil.rmtree(repo_path, ignore_errors=True)
+    return times
+
+
 def median(xs: list[float]) -> float:
     return statistics.median(xs)
 

@@ -23,13 +23,9 @@ import os
 import shutil
 import sys
 import tempfile
-import time
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _common import load_text, local_spark, median, report
-
-from agent import LineageContext
-from repository import ProvenanceRepository, RepositoryConfig
+from _common import load_text, local_spark, median, report, vanilla_and_captured
 
 
 def _fifth(li):
@@ -95,25 +91,8 @@ def main() -> int:
     )
     try:
         for name, query in QUERIES.items():
-            times: dict[str, list[float]] = {"vanilla": [], "captured": []}
-            for run in range(args.runs):
-                order = ["vanilla", "captured"][run % 2 :] + ["vanilla", "captured"][: run % 2]
-                for variant in order:
-                    if variant == "vanilla":
-                        q = query(spark.read.parquet(path))
-                        t0 = time.perf_counter()
-                        q.collect()
-                        times[variant].append(time.perf_counter() - t0)
-                        continue
-                    repo_path = os.path.join(work, f"repo-{run}")
-                    with ProvenanceRepository.open(repo_path, RepositoryConfig(sync="none")) as r:
-                        lc = LineageContext(spark, r)
-                        q = query(lc.read.parquet(path))
-                        t0 = time.perf_counter()
-                        q.collect()
-                        times[variant].append(time.perf_counter() - t0)
-                        r.rollover()
-                    shutil.rmtree(repo_path, ignore_errors=True)
+            build = lambda reader, q=query: q(reader.parquet(path))  # noqa: E731
+            times = vanilla_and_captured(spark, build, args.runs, work)
             v, c = median(times["vanilla"]), median(times["captured"])
             print(f"{name}:")
             report("vanilla", v, "s")

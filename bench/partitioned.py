@@ -32,10 +32,10 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
-from _common import load_text, local_spark, median, report
+from _common import load_text, local_spark, median, report, vanilla_and_captured
 
-from agent import LineageContext, LineageRDD
-from repository import ProvenanceRepository, RepositoryConfig
+from agent import LineageRDD
+from repository import ProvenanceRepository
 
 
 def q6_air(li):
@@ -112,26 +112,15 @@ def main() -> int:
     )
     try:
         for name, query in QUERIES.items():
-            times: dict[str, list[float]] = {"vanilla": [], "captured": []}
             repos: list[tuple[str, str, int]] = []  # (path, run, first output row's id)
-            for run in range(args.runs):
-                order = ["vanilla", "captured"][run % 2 :] + ["vanilla", "captured"][: run % 2]
-                for variant in order:
-                    if variant == "vanilla":
-                        vq = query(spark.read.parquet(path))
-                        t0 = time.perf_counter()
-                        vq.collect()
-                        times[variant].append(time.perf_counter() - t0)
-                        continue
-                    repo_path = os.path.join(work, f"repo-{len(repos)}")
-                    with ProvenanceRepository.open(repo_path, RepositoryConfig(sync="none")) as r:
-                        lc = LineageContext(spark, r)
-                        q = query(lc.read.parquet(path))
-                        t0 = time.perf_counter()
-                        q.collect()
-                        times[variant].append(time.perf_counter() - t0)
-                        r.rollover()
-                        repos.append((repo_path, lc.run_id, int(q.lineage().record_ids[0])))
+
+            def kept(repo_path, lc, q, repos=repos):
+                repos.append((repo_path, lc.run_id, int(q.lineage().record_ids[0])))
+                return True
+
+            times = vanilla_and_captured(
+                spark, lambda reader, q=query: q(reader.parquet(path)), args.runs, work, kept
+            )
             v, c = median(times["vanilla"]), median(times["captured"])
             print(f"{name}:")
             report("vanilla", v, "s")
