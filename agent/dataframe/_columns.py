@@ -111,9 +111,10 @@ def _file_index_sql(uris: list[str], sizes: list[int]) -> str:
     so that its sizes fall in distinct slots): three array lookups a row, whatever the
     number of files. Spark looks up a map by a linear search (a map from paths: TPC-H Q1
     over 112 files 1.58x the ids without a file index, against 1.23x for this), and a
-    search tree of CASE expressions grows Spark's generated code past what it compiles
-    (3.8x). Files of one size are told apart by path; a size no listed file has fails the
-    query rather than lose its lineage."""
+    search tree of CASE expressions on sizes with a path check at each leaf measured 3.8x
+    (its generated code, likely too large to compile, was not examined). Files of one size
+    are told apart by path; a size no listed file has fails the query rather than lose its
+    lineage."""
     keys = sorted(set(sizes))
     n = len(keys)
     buckets: list[list[int]] = [[] for _ in range(n)]
