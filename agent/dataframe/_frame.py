@@ -840,13 +840,7 @@ class LineageDataFrame:
         time (`_stable`)."""
         if not self._lin:
             return self._new(getattr(self._df, method)(*args))
-        if not _stable(self):
-            raise UnsupportedOperation(
-                f"{method}() with lineage capture over an input that may give other rows when "
-                "it runs again (a sample, a limit, a UDF or a nondeterministic function, an "
-                "aggregate before it, lc.sql): Spark computes the statistics apart from the "
-                "ids; cache() the input first"
-            )
+        _require_stable(self, f"{method}()")
         stats = getattr(self._visible_df(), method)(*args)
         name = fresh()
         ids = self._df.agg(collected(F, self._lin, name))
@@ -1173,6 +1167,17 @@ def _stable(obj: Any) -> bool:
     )
 
 
+def _require_stable(frame: Any, what: str) -> None:
+    """Refuse `what`, which Spark computes apart from the ids over `frame` run twice, when
+    `frame` may give other rows the second time."""
+    if not _stable(frame):
+        raise UnsupportedOperation(
+            f"{what} over an input that may give other rows when it runs again (a sample, a "
+            "limit, a UDF or a nondeterministic function, an aggregate before it, lc.sql) with "
+            "lineage capture: Spark computes it apart from the ids; cache() the input first"
+        )
+
+
 _STABLE_CALLS = frozenset(
     {
         "select",
@@ -1393,13 +1398,7 @@ class LineageGroupedData:
         grouping set) to the groups' ids, aggregated apart over the same input. The input
         runs twice, so it must give the same rows each time (`_stable`)."""
         frame = self._frame
-        if not _stable(frame):
-            raise UnsupportedOperation(
-                "a grouped-aggregate pandas UDF over an input that may give other rows when "
-                "it runs again (a sample, a limit, a UDF or a nondeterministic function, an "
-                "aggregate before it, lc.sql) with lineage capture: Spark computes it apart "
-                "from the ids"
-            )
+        _require_stable(frame, "a grouped-aggregate pandas UDF")
         lin = frame._lin
         src = frame._src(*self._cols, *exprs)
         gid = [F.grouping_id().alias(fresh("gid"))] if self._kind != "groupBy" else []

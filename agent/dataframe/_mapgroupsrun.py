@@ -70,8 +70,8 @@ class _GroupRun:
         else:
             col = group[self.ids]
             if col.dtype == object:  # arrays (None: a row with no ids)
-                parts = [np.asarray(a, dtype=np.int64) for a in col if a is not None]
-                values = np.concatenate(parts) if parts else np.empty(0, np.int64)
+                parts = col.dropna().tolist()
+                values = np.concatenate(parts).astype(np.int64) if parts else np.empty(0, np.int64)
             else:
                 values = col.to_numpy(dtype=np.int64)
         return values[values >= 0]

@@ -371,10 +371,11 @@ def plan_scan(
     (`"addressing": "file"`): a row's id is (its file's index, its `_metadata.row_index`),
     which no plan changes, so Spark keeps pruning partitions and pushing filters into the
     scan. Spark lists such files in an order this module cannot reproduce (a hash map's), so
-    they are Spark's own listing: `listed` (`DataFrame.inputFiles()`), or read now."""
+    they are Spark's own listing: `listed` (`DataFrame.inputFiles()`: the caller found the
+    directories nested), or read now."""
     rules = check_options(fmt, options)
-    by_file = fmt == "parquet" and nested(paths)
-    if by_file:
+    file_addressed = listed is not None or (fmt == "parquet" and nested(paths))
+    if file_addressed:
         if listed is None:
             listed = spark.read.options(**options).parquet(*paths).inputFiles()
         named = sorted((local_path(u), metadata_path(u)) for u in listed)
@@ -386,7 +387,7 @@ def plan_scan(
         "files": [[f.path, f.size, f.mtime_ns] for f in files],
         "options": rules,
     }
-    if by_file:
+    if file_addressed:
         scan["addressing"] = "file"
         scan["uris"] = [u for _, u in named]  # each file's `_metadata.file_path`
     if fmt == "parquet":

@@ -7,7 +7,7 @@ written, and the rewrite refuses them, naming them."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from .._rdd import UnsupportedOperation
 from ._columns import fresh
@@ -22,7 +22,6 @@ def read_catalog_tables(agent: FrameAgent, text: str, views: dict[str, LineageDa
     `views`); `text` itself when it reads none."""
     from sqlglot import exp
 
-    from ._reader import table_scan
     from ._sqldialect import parse_one, to_sql
 
     try:
@@ -45,7 +44,7 @@ def read_catalog_tables(agent: FrameAgent, text: str, views: dict[str, LineageDa
         )
         key = written.lower()
         if key not in made:
-            frame = _parquet_table(agent, written, table_scan)
+            frame = _parquet_table(agent, written)
             if frame is None:
                 continue
             view = fresh("table")
@@ -61,10 +60,12 @@ def read_catalog_tables(agent: FrameAgent, text: str, views: dict[str, LineageDa
     return to_sql(tree) if made else text
 
 
-def _parquet_table(agent: FrameAgent, name: str, table_scan: Any) -> Any:
+def _parquet_table(agent: FrameAgent, name: str) -> LineageDataFrame | None:
     """The table read with ids, or None when it is not a Parquet table of the catalog (a
     temp view of no captured frame, another provider: the rewrite refuses it)."""
     from pyspark.errors import AnalysisException
+
+    from ._reader import table_scan
 
     try:
         return table_scan(agent, name)
