@@ -28,7 +28,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Any, Literal, Protocol
@@ -164,6 +164,21 @@ class Planner:
                 **extra,
             }
         return CapturePoint(number, component_id, component_type, event_type)
+
+    def source_points(self, numbers: Iterable[int]) -> set[int]:
+        """The source capture points (no parents) that records at `numbers` come from,
+        through every capture point between (a DataFrame's group records)."""
+        out: set[int] = set()
+        with self._lock:
+            todo = list(numbers)
+            while todo:
+                n = todo.pop()
+                parents = self._cps[n]["parents"] if n in self._cps else []
+                if parents:
+                    todo.extend(parents)
+                else:
+                    out.add(n)
+        return out
 
     def output_point(self, node: PlanNode, action: str, **extra: Any) -> CapturePoint:
         """The capture point of an action's output (SEND records) over `node`'s records;

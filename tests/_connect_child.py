@@ -121,6 +121,23 @@ def main(url: str, work: str) -> None:
             back = g.lineage().filter(lambda x, c=row.ckey: x["ckey"] == c).go_back_all()
             assert set(back.collect()) == {lines[a] for a, b, _ in orders if b == row.ckey}
 
+        # A map over partitions (Connect's own mapInPandas): one row per partition, made
+        # from every row the function read (which it lists), its group journaled by the
+        # server's Python worker.
+        def seen(batches):
+            import pandas as pd
+
+            keys = [int(k) for pdf in batches for k in pdf["okey"]]
+            if keys:
+                yield pd.DataFrame({"seen": [",".join(map(str, sorted(keys)))]})
+
+        m = o.repartition(3, "ckey").mapInPandas(seen, "seen string")
+        parts = m.collect()
+        assert sorted(int(k) for p in parts for k in p.seen.split(",")) == list(range(40))
+        for p in parts:
+            back = m.lineage().filter(lambda x, s=p.seen: x["seen"] == s).go_back_all()
+            assert set(back.collect()) == {lines[int(k)] for k in p.seen.split(",")}, p
+
         # A UDF that raises: the failed action names the rows it raises on as culprits
         # (a deterministic call takes no ids: the site's name must come back in the
         # server's error text for the client to find them).

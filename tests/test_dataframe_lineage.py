@@ -727,7 +727,7 @@ def test_unsupported_operations_raise(lc, data):
     o = tables(lc.read, data)["orders"]
     for call in (
         lambda: o.rdd,
-        lambda: o.mapInPandas(lambda it: it, o.schema),
+        lambda: o.foreach(print),
         lambda: o.rollup("ckey").pivot("status"),
         lambda: o.join(lc.spark.range(3), "okey"),
     ):

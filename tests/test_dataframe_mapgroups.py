@@ -219,8 +219,6 @@ def test_refusals(lc, data):
         items.rollup("qty").applyInPandas(lambda pdf: pdf, "okey int, price double, qty int")
     with pytest.raises(TypeError, match="takes 3 positional arguments"):
         items.groupBy("qty").applyInPandas(lambda a, b, c: a, "qty int")
-    with pytest.raises(UnsupportedOperation, match="mapInPandas"):
-        items.mapInPandas(lambda it: it, "okey int, price double, qty int")
 
 
 def test_capture_off_is_vanilla(spark, repo, data):

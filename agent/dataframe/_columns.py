@@ -193,6 +193,26 @@ def all_ids(F: Any, lin: Lineage) -> Any:
     return parts[0] if len(parts) == 1 else F.concat(*parts)
 
 
+def one_ids_column(F: Any, lin: Lineage) -> Any:
+    """Each row's ids as one column, for a Python function's input: its long (-1 for null:
+    a long with nulls would reach pandas as float64, which cannot hold every id) or an array
+    of them."""
+    if len(lin.longs) == 1 and not lin.arrays:
+        return F.coalesce(F.col(lin.longs[0]), F.lit(-1).cast("bigint"))
+    return all_ids(F, lin)
+
+
+def as_struct(spark: Any, schema: Any) -> Any:
+    """`schema` (a StructType or a DDL string) as a StructType, parsed by Spark."""
+    from pyspark.sql.types import StructType
+
+    if isinstance(schema, StructType):
+        return schema
+    if not isinstance(schema, str):
+        raise TypeError(f"schema must be a StructType or a DDL string, got {schema!r}")
+    return spark.createDataFrame([], schema).schema
+
+
 def udf_ids(F: Any, lin: Lineage) -> Any:
     """A UDF's hidden argument: the row's one id as a long when it has a single long column
     (a row of one source: no array to build and pickle per call), else `all_ids`."""

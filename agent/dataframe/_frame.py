@@ -178,6 +178,12 @@ def _taken_back(other: Any) -> Any:
     return other
 
 
+def _map_options(barrier: bool, profile: Any) -> dict[str, Any]:
+    """mapInPandas / mapInArrow's options as PySpark takes them (no profile: not passed,
+    as Spark Connect takes none)."""
+    return {"barrier": barrier} if profile is None else {"barrier": barrier, "profile": profile}
+
+
 def _flat(cols: tuple) -> list:
     if len(cols) == 1 and isinstance(cols[0], list | tuple):
         return list(cols[0])
@@ -234,6 +240,8 @@ def _flat(cols: tuple) -> list:
     "sampleBy",
     "describe",
     "summary",
+    "mapInPandas",
+    "mapInArrow",
 )
 class LineageDataFrame:
     """A captured DataFrame. Transformations return LineageDataFrames; actions return what
@@ -868,6 +876,40 @@ class LineageDataFrame:
     @property
     def na(self) -> _NaFunctions:
         return _NaFunctions(self)
+
+    # -- maps over partitions (`_mapin`) -----------------------------------------------------
+
+    def mapInPandas(
+        self,
+        func: Callable,
+        schema: Any,
+        barrier: bool = False,
+        profile: Any = None,
+        *,
+        lineage: str = "partition",
+    ) -> LineageDataFrame:
+        """Maps each partition's batches with `func` (iterator of pandas DataFrames ->
+        iterator of pandas DataFrames), as PySpark does. `lineage="partition"` (default,
+        always sound): every returned row is made from every row of its partition that
+        reached `func`. `lineage="row"`: each returned batch maps the batch read last row by
+        row (row i from row i; another length raises). See `_mapin`."""
+        from ._mapin import partition_map
+
+        return partition_map(self, func, schema, False, lineage, **_map_options(barrier, profile))
+
+    def mapInArrow(
+        self,
+        func: Callable,
+        schema: Any,
+        barrier: bool = False,
+        profile: Any = None,
+        *,
+        lineage: str = "partition",
+    ) -> LineageDataFrame:
+        """Maps each partition's Arrow record batches with `func`, as mapInPandas."""
+        from ._mapin import partition_map
+
+        return partition_map(self, func, schema, True, lineage, **_map_options(barrier, profile))
 
     # -- joins and set operations ------------------------------------------------------------
 

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from pyspark.sql import functions as F
 
 from .._rdd import UnsupportedOperation
-from ._columns import Lineage, all_ids, fresh
+from ._columns import Lineage, as_struct, fresh, one_ids_column
 from ._mapgroupsrun import group_function
 from ._udfrun import UdfSpec
 
@@ -82,7 +82,7 @@ def _mapped(
             f"{len(sides)} (the group{'s' if len(sides) > 1 else ''}) or {len(sides) + 1} "
             "(the grouping key first)"
         )
-    fields = _struct(agent.spark, schema)
+    fields = as_struct(agent.spark, schema)
     ids, out = fresh("gm"), fresh()
     from pyspark.sql.types import ArrayType, LongType, StructField, StructType
 
@@ -95,32 +95,13 @@ def _mapped(
     for side in sides:
         lin = side._frame._lin
         cps |= lin.cps
-        src = side._frame._src(*side.keys).withColumn(ids, _ids_of(lin)).drop(*lin.names)
+        src = side._frame._src(*side.keys).withColumn(ids, one_ids_column(F, lin)).drop(*lin.names)
         grouped.append(side.vanilla(src))
     with agent.capture_python(_MODULES):
         wrapper = group_function(func, spec, ids, fields.names, out, arity, len(sides), arrow)
         mapped = grouped[0] if len(grouped) == 1 else grouped[0].cogroup(grouped[1])
         df = getattr(mapped, _method(arrow))(wrapper, returned)
     return frame._new(df, Lineage((), (out,), cps))
-
-
-def _ids_of(lin: Lineage) -> Any:
-    """Each input row's ids as one column: its long (-1 for null: a long with nulls would
-    reach pandas as float64, which cannot hold every id) or an array of them."""
-    if len(lin.longs) == 1 and not lin.arrays:
-        return F.coalesce(F.col(lin.longs[0]), F.lit(-1).cast("bigint"))
-    return all_ids(F, lin)
-
-
-def _struct(spark: Any, schema: Any) -> Any:
-    """`schema` (a StructType or a DDL string) as a StructType, parsed by Spark."""
-    from pyspark.sql.types import StructType
-
-    if isinstance(schema, StructType):
-        return schema
-    if not isinstance(schema, str):
-        raise TypeError(f"schema must be a StructType or a DDL string, got {schema!r}")
-    return spark.createDataFrame([], schema).schema
 
 
 def _refuse_iterators(func: Any, arrow: bool, what: str) -> None:

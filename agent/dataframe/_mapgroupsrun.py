@@ -43,8 +43,8 @@ class _GroupRun:
         self.arrow = arrow
 
     def __call__(self, key: Any, *groups: Any) -> Any:
-        ids = np.concatenate([self._ids(g) for g in groups])
-        shown = [self._visible(g) for g in groups]
+        ids = np.concatenate([row_ids(g, self.ids, self.arrow) for g in groups])
+        shown = [visible(g, self.arrow) for g in groups]
         try:
             result = self.func(key, *shown) if self.keyed else self.func(*shown)
         except Exception as error:
@@ -53,36 +53,6 @@ class _GroupRun:
                 raise
             return self._empty()
         return self._with_ids(result, ids)
-
-    # -- pandas.DataFrame / pyarrow.Table --------------------------------------------------
-
-    def _ids(self, group: Any) -> np.ndarray:
-        if self.arrow:
-            import pyarrow as pa
-            import pyarrow.compute as pc
-
-            col = group.column(self.ids)
-            if pa.types.is_list(col.type):
-                values = pc.list_flatten(col).to_numpy(zero_copy_only=False)
-            else:
-                values = col.to_numpy(zero_copy_only=False)
-            values = np.asarray(values, dtype=np.int64)
-        else:
-            col = group[self.ids]
-            if col.dtype == object:  # arrays (None: a row with no ids)
-                parts = col.dropna().tolist()
-                values = np.concatenate(parts).astype(np.int64) if parts else np.empty(0, np.int64)
-            else:
-                values = col.to_numpy(dtype=np.int64)
-        return values[values >= 0]
-
-    def _visible(self, group: Any) -> Any:
-        names = group.column_names if self.arrow else list(group.columns)
-        keep = [not str(n).startswith(PREFIX) for n in names]
-        if self.arrow:
-            return group.select([i for i, k in enumerate(keep) if k])
-        # A mask, not names: two columns may share one (a condition join's keys).
-        return group.loc[:, keep]
 
     def _empty(self) -> Any:
         if self.arrow:
@@ -94,27 +64,74 @@ class _GroupRun:
         return pd.DataFrame()  # no rows, no columns: Spark takes it for any schema
 
     def _with_ids(self, result: Any, ids: np.ndarray) -> Any:
-        if self.arrow:
-            import pyarrow as pa
+        return with_column(result, self.out, lambda n: _repeated(ids, n), self.names, self.arrow)
 
-            if not isinstance(result, pa.Table) or (result.num_columns == 0 == result.num_rows):
-                return result  # Spark's own check names what is wrong; empty fits any schema
-            return result.append_column(self.out, _repeated(ids, result.num_rows))
-        import pandas as pd
 
-        if not isinstance(result, pd.DataFrame) or (result.empty and len(result.columns) == 0):
-            return result
-        if not any(isinstance(c, str) for c in result.columns):
-            # Spark assigns unnamed columns by position: name them so, as the ids' is named.
-            if len(result.columns) == len(self.names):
-                result = result.set_axis(self.names, axis=1)
+# -- pandas.DataFrame / pyarrow.Table (or RecordBatch) ----------------------------------------
+
+
+def row_ids(batch: Any, column: str, arrow: bool) -> np.ndarray:
+    """Every id in `batch`'s hidden `column` (a long per row, -1 for none, or an array of
+    longs per row), in row order."""
+    if arrow:
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        col = batch.column(column)
+        if pa.types.is_list(col.type):
+            values = pc.list_flatten(col).to_numpy(zero_copy_only=False)
         else:
-            result = result.copy(deep=False)
-        # The same Arrow list array as applyInArrow's (its offsets checked for overflow).
-        result[self.out] = pd.Series(
-            pd.arrays.ArrowExtensionArray(_repeated(ids, len(result))), index=result.index
-        )
+            values = col.to_numpy(zero_copy_only=False)
+        values = np.asarray(values, dtype=np.int64)
+    else:
+        col = batch[column]
+        if col.dtype == object:  # arrays (None: a row with no ids)
+            parts = col.dropna().tolist()
+            values = np.concatenate(parts).astype(np.int64) if parts else np.empty(0, np.int64)
+        else:
+            values = col.to_numpy(dtype=np.int64)
+    return values[values >= 0]
+
+
+def visible(batch: Any, arrow: bool) -> Any:
+    """`batch` without its hidden lineage columns: what vanilla's function gets."""
+    names = batch.column_names if arrow else list(batch.columns)
+    keep = [not str(n).startswith(PREFIX) for n in names]
+    if arrow:
+        return batch.select([i for i, k in enumerate(keep) if k])
+    # A mask, not names: two columns may share one (a condition join's keys).
+    return batch.loc[:, keep]
+
+
+def with_column(
+    result: Any, name: str, values: Callable[[int], Any], names: list[str], arrow: bool
+) -> Any:
+    """The user's `result` with one more column `name` holding `values(rows)` (an Arrow
+    array of its length). A result that is not of the expected kind, or empty with no column (which
+    Spark takes for any schema), is returned as it is: Spark's own check names what is
+    wrong."""
+    if arrow:
+        import pyarrow as pa
+
+        if not isinstance(result, pa.Table | pa.RecordBatch) or (
+            result.num_columns == 0 == result.num_rows
+        ):
+            return result
+        return result.append_column(name, values(result.num_rows))
+    import pandas as pd
+
+    if not isinstance(result, pd.DataFrame) or (result.empty and len(result.columns) == 0):
         return result
+    if not any(isinstance(c, str) for c in result.columns):
+        # Spark assigns unnamed columns by position: name them so, as the ids' is named.
+        if len(result.columns) == len(names):
+            result = result.set_axis(names, axis=1)
+    else:
+        result = result.copy(deep=False)
+    # An Arrow-backed column: Spark takes its Arrow array as it is (a list array's offsets
+    # checked for overflow; a long column's nulls kept, where numpy would make floats).
+    result[name] = pd.Series(pd.arrays.ArrowExtensionArray(values(len(result))), index=result.index)
+    return result
 
 
 def _repeated(ids: np.ndarray, n: int) -> Any:

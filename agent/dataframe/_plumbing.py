@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pickle
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -62,6 +62,18 @@ class Plumbing:
         """A capture point whose records are a DataFrame source's rows."""
         name = self.node_name(op)
         return self._planner.capture_point(name, op, "RECEIVE", [], "source", partitions, **extra)
+
+    def group_cp(self, op: str, parents: list[int]) -> CapturePoint:
+        """A capture point whose records are groups journaled by executors (one per partition
+        of a `mapInPandas`); a group's parents are records of `parents`, and the rows made
+        from it name it."""
+        name = self.node_name(op)
+        return self._planner.capture_point(name, op, "JOIN", sorted(parents), "shuffle", 1)
+
+    def source_cps(self, cps: Iterable[int]) -> set[int]:
+        """The source capture points whose rows records at `cps` were made from (`cps`
+        themselves, but for group capture points)."""
+        return self._planner.source_points(cps)
 
     def output_cp(self, action: str, parents: list[int], of: str) -> CapturePoint:
         """A capture point whose records are an action's output rows; their parents are

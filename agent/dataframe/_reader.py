@@ -288,9 +288,14 @@ def sources_of(frame: Any) -> set[int]:
         elif isinstance(recipe, Call):
             cut = cut or materialized(recipe)
         elif isinstance(o, LineageDataFrame):
-            out |= o._lin.cps  # lc.sql, or a frame without a recipe
+            out |= carried(o)  # lc.sql, or a frame without a recipe
     # Without a checkpoint on the way, every id the rows carry comes from a source read.
-    return out if cut else out | set(frame._lin.cps)
+    return out if cut else out | carried(frame)
+
+
+def carried(frame: Any) -> set[int]:
+    """The source capture points of the ids `frame`'s rows carry (through group records)."""
+    return frame._agent.plumbing.source_cps(frame._lin.cps)
 
 
 def _refusal(s: _Scan, now: ScanConf) -> str:

@@ -31,6 +31,7 @@ from repository import BadInput
 
 from .._rdd import UnsupportedOperation
 from ._columns import fresh
+from ._reader import carried
 from ._recipe import Call, Source, SqlQuery, is_recorded, recipe_of
 
 if TYPE_CHECKING:
@@ -73,7 +74,7 @@ def selective(agent: FrameAgent, traced: LineageRDD) -> list:
         raise BadInput(f"{traced.origin[0].component_id} is not a DataFrame action of this run")
     by_cp = _at_sources(agent, frame, ids, "selective replay")
     empty = np.array([], dtype=np.int64)
-    return _run(agent, frame, {cp: (True, by_cp.get(cp, empty)) for cp in frame._lin.cps})
+    return _run(agent, frame, {cp: (True, by_cp.get(cp, empty)) for cp in carried(frame)})
 
 
 def is_dataframe_output(agent: FrameAgent | None, traced: Any) -> bool:
@@ -104,7 +105,7 @@ def _at_sources(
                 f"{what} of a DataFrame run at {name}: DataFrame and SQL runs replay from "
                 "their source rows only; trace back to them first (go_back_all())"
             )
-        if n not in frame._lin.cps:
+        if n not in carried(frame):
             raise BadInput(f"{what}: the records at {name} are not rows of this query's sources")
         out[n] = ids[cps == n]
     return out
@@ -112,6 +113,7 @@ def _at_sources(
 
 def _run(agent: FrameAgent, frame: LineageDataFrame, filters: dict[int, tuple[bool, Any]]) -> list:
     rebuild = _Rebuild(agent, filters)
+    was, agent.replaying = agent.replaying, True
     try:
         try:
             out = rebuild.frame(frame)
@@ -128,6 +130,7 @@ def _run(agent: FrameAgent, frame: LineageDataFrame, filters: dict[int, tuple[bo
                 ) from e
             raise
     finally:
+        agent.replaying = was
         rebuild.close()
 
 

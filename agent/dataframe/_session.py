@@ -42,6 +42,9 @@ class FrameAgent:
         self.udfs = LineageUDFRegistration(self)
         self.plumbing.on_failure = self.udfs.blame
         self._lock = threading.Lock()
+        # Set while `lc.replay` rebuilds a query: its operators journal nothing (the run's
+        # lineage is the captured one).
+        self.replaying = False
 
     def release(self) -> None:
         """Drop what only the context could use (the views for `lc.sql`, the action frames

@@ -34,7 +34,8 @@ class UdfSpec:
     on_error: str  # "fail" | "skip"
 
 
-def _partition() -> int:
+def partition_id() -> int:
+    """The partition of the task this runs in (0 outside a task)."""
     try:
         from pyspark import TaskContext
     except ImportError:  # pragma: no cover - pyspark is a dependency
@@ -46,7 +47,7 @@ def _partition() -> int:
 def record_failure(spec: UdfSpec, ids: Any, error: BaseException, value: Any = None) -> None:
     """FAIL events for each record the failing row was made from (sealed at once: a task
     that goes on failing must not take them with it)."""
-    journal = TaskJournal(spec.journal, spec.run_id, _partition())
+    journal = TaskJournal(spec.journal, spec.run_id, partition_id())
     if ids is not None and not hasattr(ids, "__iter__"):  # one id (`udf_ids`)
         ids = [ids]
     rids = [int(i) for i in (ids if ids is not None else []) if i is not None] or [-1]
