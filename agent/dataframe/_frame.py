@@ -22,6 +22,7 @@ from pyspark.sql import functions as F
 from .._rdd import UnsupportedOperation
 from . import _windows
 from ._columns import (
+    PREFIX,
     Lineage,
     Star,
     code_mask,
@@ -43,6 +44,7 @@ if TYPE_CHECKING:
     from .._trace import LineageRDD
     from ._lazyagg import LazyAggregate
     from ._session import FrameAgent
+    from ._stats import LineageStatFunctions
 
 # DataFrame methods that return something other than a DataFrame and touch no rows.
 _PASSTHROUGH = (
@@ -242,6 +244,8 @@ def _flat(cols: tuple) -> list:
     "summary",
     "mapInPandas",
     "mapInArrow",
+    "crosstab",
+    "freqItems",
 )
 class LineageDataFrame:
     """A captured DataFrame. Transformations return LineageDataFrames; actions return what
@@ -848,11 +852,63 @@ class LineageDataFrame:
         time (`_stable`)."""
         if not self._lin:
             return self._new(getattr(self._df, method)(*args))
-        _require_stable(self, f"{method}()")
+        require_stable(self, f"{method}()")
         stats = getattr(self._visible_df(), method)(*args)
         name = fresh()
         ids = self._df.agg(collected(F, self._lin, name))
         return self._new(stats.crossJoin(ids), Lineage((), (name,), self._lin.cps))
+
+    # -- statistics (`_stats`) ------------------------------------------------------------
+
+    @property
+    def stat(self) -> LineageStatFunctions:
+        from ._stats import LineageStatFunctions
+
+        return LineageStatFunctions(self)
+
+    def crosstab(self, col1: str, col2: str) -> LineageDataFrame:
+        """Spark's contingency table; the row of a value of `col1` is made from the rows
+        that have it."""
+        from ._stats import crosstab
+
+        return crosstab(self, col1, col2)
+
+    def freqItems(self, cols: Any, support: float | None = None) -> LineageDataFrame:
+        """Spark's frequent items; its row is made from every row."""
+        from ._stats import freq_items
+
+        return freq_items(self, cols, support)
+
+    def corr(self, col1: str, col2: str, method: str | None = None) -> float:
+        """Spark's correlation, recorded as one output record made from every row."""
+        require_stable(self, "corr()")
+        visible = self._visible_df()
+        return self._agent.outputs.value(self, "corr", lambda: visible.corr(col1, col2, method))
+
+    def cov(self, col1: str, col2: str) -> float:
+        """Spark's sample covariance, recorded as `corr` is."""
+        require_stable(self, "cov()")
+        visible = self._visible_df()
+        return self._agent.outputs.value(self, "cov", lambda: visible.cov(col1, col2))
+
+    def approxQuantile(self, col: Any, probabilities: Any, relativeError: float) -> Any:
+        """Spark's approximate quantiles, recorded as `corr` is."""
+        require_stable(self, "approxQuantile()")
+        visible = self._visible_df()
+        return self._agent.outputs.value(
+            self,
+            "approxQuantile",
+            lambda: visible.approxQuantile(col, probabilities, relativeError),
+        )
+
+    def colRegex(self, colName: str) -> Column:
+        """The visible columns whose names match the backquoted regex `colName` (never a
+        hidden lineage column), as PySpark selects them."""
+        if not isinstance(colName, str):
+            raise TypeError(f"colName should be a string, got {type(colName).__name__}")
+        if not self._lin or not (len(colName) > 1 and colName[0] == colName[-1] == "`"):
+            return self._df.colRegex(colName)  # a plain name: the column itself
+        return self._df.colRegex(f"`(?!{PREFIX})(?:{colName[1:-1]})`")
 
     def transform(self, func: Callable, *args: Any, **kwargs: Any) -> Any:
         return func(self, *args, **kwargs)
@@ -1209,7 +1265,7 @@ def _stable(obj: Any) -> bool:
     )
 
 
-def _require_stable(frame: Any, what: str) -> None:
+def require_stable(frame: Any, what: str) -> None:
     """Refuse `what`, which Spark computes apart from the ids over `frame` run twice, when
     `frame` may give other rows the second time."""
     if not _stable(frame):
@@ -1440,7 +1496,7 @@ class LineageGroupedData:
         grouping set) to the groups' ids, aggregated apart over the same input. The input
         runs twice, so it must give the same rows each time (`_stable`)."""
         frame = self._frame
-        _require_stable(frame, "a grouped-aggregate pandas UDF")
+        require_stable(frame, "a grouped-aggregate pandas UDF")
         lin = frame._lin
         src = frame._src(*self._cols, *exprs)
         gid = [F.grouping_id().alias(fresh("gid"))] if self._kind != "groupBy" else []

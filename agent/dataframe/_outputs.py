@@ -5,6 +5,7 @@ are the row's source records."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -15,6 +16,7 @@ from ._columns import (
     Lineage,
     all_ids,
     arrow_parents,
+    collected,
     fresh,
     is_hidden,
     joined_arrays,
@@ -159,6 +161,24 @@ class Outputs:
             return int(rows[0][0]), rows, parents
 
         return self._record(counted, frame, "count", run)
+
+    def value(self, frame: LineageDataFrame, action: str, compute: Callable[[], Any]) -> Any:
+        """`compute()`: a value Spark computes over `frame`'s visible rows apart from their
+        ids (a correlation, quantiles), recorded as one output record holding it, made from
+        every row of `frame` (one more aggregate of their ids: `frame` must give the same
+        rows both times, which the caller checks)."""
+        if not frame._lin:
+            return compute()
+        name = fresh()
+        lin = Lineage((), (name,), frame._lin.cps)
+        ids = frame._new(frame._df.agg(collected(F, frame._lin, name)), lin)
+
+        def run():
+            value = compute()
+            _, parents = _fetch(ids)
+            return value, [Row(value=value)], parents
+
+        return self._record(ids, frame, action, run)
 
     def show(self, frame: LineageDataFrame, n: int, truncate: Any, vertical: bool) -> None:
         if not frame._lin:
