@@ -12,8 +12,9 @@ going first in turn; medians of --runs wall times of `collect()`:
 - `rows per small group`: per (supplier, line number) (~17 rows), every row back with its
   quantity centred;
 - `rows per bigger group`: per supplier (~120 rows), every row back centred. Each returned
-  row carries its whole group's ids (the function saw all of them), so this stores ~120 ids
-  per row: the cost grows with the group's size times the rows returned.
+  row is made from its whole group (the function saw all of them); the group's ids are
+  stored once, as its group record, which each row names (the tap after the map passes
+  every returned row through one more Python worker).
 """
 
 from __future__ import annotations

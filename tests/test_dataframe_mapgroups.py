@@ -13,7 +13,7 @@ import pytest
 from _dfcheck import check, make_data, plan_shape, tables
 from pyspark.sql import functions as F
 
-from agent import LineageContext, UnsupportedOperation
+from agent import LineageContext, LineageRDD, UnsupportedOperation
 
 pytestmark = pytest.mark.spark
 
@@ -233,3 +233,25 @@ def test_capture_off_is_vanilla(spark, repo, data):
 
     assert plan_shape(q.dataframe) == plan_shape(vq)
     assert sorted(q.collect()) == sorted(vq.collect())
+
+
+def test_a_take_finds_its_group(lc, data):
+    """A take stops reading early: the rows it took still trace back to their whole group
+    (the groups' records are journaled before any row is handed on); every row of a group
+    names one record, stored once."""
+
+    def rows_back(pdf):
+        # Big rows: the worker is still writing when the take has its rows.
+        return pdf[["qty"]].assign(pad="x" * (1 << 20))
+
+    items = tables(lc.read, data)["items"]
+    q = items.groupBy("qty").applyInPandas(rows_back, "qty int, pad string")
+    taken = q.take(2)
+    lin = q.lineage()
+    assert len(lin.record_ids) == 2
+    for i, row in enumerate(taken):
+        back = LineageRDD(lc.repo, lc.run_id, lin.record_ids[i : i + 1]).go_back_all()
+        assert set(back.collect()) == _lines(data, "items", lambda r, q=row.qty: r[2] == q)
+    # Each taken row has one parent, its group's record (not the group's rows).
+    parents = lc.repo.lineage.parent_lists(lc.run_id, lin.record_ids)
+    assert [len(p) for p in parents.values()] == [1, 1]

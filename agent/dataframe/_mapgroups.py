@@ -22,7 +22,8 @@ from pyspark.sql import functions as F
 
 from .._rdd import UnsupportedOperation
 from ._columns import Lineage, as_struct, fresh, one_ids_column
-from ._mapgroupsrun import group_function
+from ._mapgroupsrun import GroupTap, GroupTapSpec, group_function
+from ._mapin import NO_GROUP
 from ._udfrun import UdfSpec
 
 if TYPE_CHECKING:
@@ -83,10 +84,11 @@ def _mapped(
             "(the grouping key first)"
         )
     fields = as_struct(agent.spark, schema)
-    ids, out = fresh("gm"), fresh()
+    ids, defs, gid = fresh("gm"), fresh(), fresh()
     from pyspark.sql.types import ArrayType, LongType, StructField, StructType
 
-    returned = StructType([*fields.fields, StructField(out, ArrayType(LongType(), False))])
+    returned = StructType([*fields.fields, StructField(defs, ArrayType(LongType(), False))])
+    tapped = StructType([*fields.fields, StructField(gid, LongType(), False)])
     plumbing = agent.plumbing
     name = getattr(func, "__name__", _method(arrow))
     spec = UdfSpec(plumbing.run_id, plumbing.writer_spec, name, plumbing.on_error)
@@ -97,11 +99,18 @@ def _mapped(
         cps |= lin.cps
         src = side._frame._src(*side.keys).withColumn(ids, one_ids_column(F, lin)).drop(*lin.names)
         grouped.append(side.vanilla(src))
+    # A replay journals nothing: its rows carry a group id only to have the captured columns.
+    group = NO_GROUP if agent.replaying else plumbing.group_cp(_method(arrow), sorted(cps))
+    tap = GroupTap(
+        GroupTapSpec(plumbing.run_id, plumbing.writer_spec, group, defs, gid, not agent.replaying)
+    )
     with agent.capture_python(_MODULES):
-        wrapper = group_function(func, spec, ids, fields.names, out, arity, len(sides), arrow)
+        wrapper = group_function(func, spec, ids, fields.names, defs, arity, len(sides), arrow)
         mapped = grouped[0] if len(grouped) == 1 else grouped[0].cogroup(grouped[1])
-        df = getattr(mapped, _method(arrow))(wrapper, returned)
-    return frame._new(df, Lineage((), (out,), cps))
+        df = getattr(mapped, _method(arrow))(wrapper, returned).mapInArrow(tap, tapped)
+    return frame._new(
+        df, Lineage((gid,), (), cps if agent.replaying else frozenset({group.number}))
+    )
 
 
 def _refuse_iterators(func: Any, arrow: bool, what: str) -> None:

@@ -2,20 +2,28 @@
 Spark's Python workers (executor side: no pyspark driver modules, no repository).
 
 The user's function gets its group as vanilla would give it (the hidden lineage columns taken
-out); every row it returns gets, in one array column more, the ids of every row of its group
-(of both groups when cogrouped): the function saw all of them. When the function raises,
+out); every row it returns is made from every row of its group (of both groups when
+cogrouped): the function saw all of them. The first row it returns carries those rows' ids,
+in one array column more, and `GroupTap`, right after in the same task, stores them once as
+the group's record, which every row of the group then names (so a group's ids are stored
+once, however many rows it gives). When the function raises,
 FAIL events name those rows as culprits; then `on_error="fail"` re-raises (the task fails as
 Spark's would) and `"skip"` returns no row for the group.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from ._udfrun import UdfSpec, record_failure
+from journals import WriterSpec, record_id_base
+
+from .._spec import CapturePoint
+from .._worker import TaskJournal
+from ._udfrun import UdfSpec, partition_id, record_failure
 
 PREFIX = "__prov_"  # _columns.PREFIX (that module is the driver's)
 
@@ -64,7 +72,8 @@ class _GroupRun:
         return pd.DataFrame()  # no rows, no columns: Spark takes it for any schema
 
     def _with_ids(self, result: Any, ids: np.ndarray) -> Any:
-        return with_column(result, self.out, lambda n: _repeated(ids, n), self.names, self.arrow)
+        first = _first_only if self.arrow else _first_only_series
+        return with_column(result, self.out, lambda n: first(ids, n), self.names, self.arrow)
 
 
 # -- pandas.DataFrame / pyarrow.Table (or RecordBatch) ----------------------------------------
@@ -107,9 +116,9 @@ def with_column(
     result: Any, name: str, values: Callable[[int], Any], names: list[str], arrow: bool
 ) -> Any:
     """The user's `result` with one more column `name` holding `values(rows)` (an Arrow
-    array of its length). A result that is not of the expected kind, or empty with no column (which
-    Spark takes for any schema), is returned as it is: Spark's own check names what is
-    wrong."""
+    array of its length, or for pandas a Series). A result that is not of the expected kind,
+    or empty with no column (which Spark takes for any schema), is returned as it is:
+    Spark's own check names what is wrong."""
     if arrow:
         import pyarrow as pa
 
@@ -128,22 +137,96 @@ def with_column(
             result = result.set_axis(names, axis=1)
     else:
         result = result.copy(deep=False)
-    # An Arrow-backed column: Spark takes its Arrow array as it is (a list array's offsets
-    # checked for overflow; a long column's nulls kept, where numpy would make floats).
-    result[name] = pd.Series(pd.arrays.ArrowExtensionArray(values(len(result))), index=result.index)
+    column = values(len(result))
+    if isinstance(column, pd.Series):
+        result[name] = column.set_axis(result.index)
+    else:
+        # An Arrow-backed column: Spark takes its Arrow array as it is (a long column's nulls
+        # kept, where numpy would make floats).
+        result[name] = pd.Series(pd.arrays.ArrowExtensionArray(column), index=result.index)
     return result
 
 
-def _repeated(ids: np.ndarray, n: int) -> Any:
-    """An Arrow array of `n` lists, each `ids`, typed as Spark types array<bigint> (no null
-    element: Spark compares the types of Arrow results)."""
+def _first_only(ids: np.ndarray, n: int) -> Any:
+    """An Arrow array of `n` lists: `ids` first, then nulls (the group's later rows), typed
+    as Spark types array<bigint> (no null element: Spark compares the types of Arrow
+    results)."""
     import pyarrow as pa
 
-    offsets = np.arange(n + 1, dtype=np.int64) * len(ids)
-    kind = pa.large_list(pa.field("element", pa.int64(), nullable=False))
-    return pa.LargeListArray.from_arrays(offsets, np.tile(ids, n), type=kind).cast(
-        pa.list_(pa.field("element", pa.int64(), nullable=False))
-    )
+    offsets = np.full(n + 1, len(ids), dtype=np.int32)
+    offsets[0] = 0
+    valid = np.zeros(n, dtype=bool)
+    valid[:1] = True
+    kind = pa.list_(pa.field("element", pa.int64(), nullable=False))
+    mask = pa.array(~valid)
+    return pa.ListArray.from_arrays(pa.array(offsets), pa.array(ids), type=kind, mask=mask)
+
+
+def _first_only_series(ids: np.ndarray, n: int) -> Any:
+    """`_first_only` as a pandas object column (PySpark converts a null list from None,
+    not from an Arrow-backed column's NA)."""
+    import pandas as pd
+
+    values = np.empty(n, dtype=object)
+    if n:
+        values[0] = ids
+    return pd.Series(values, dtype=object)
+
+
+class GroupTap:
+    """The `mapInArrow` right after a captured grouped map, in the same task: each group's
+    first row carries the group's ids (`_first_only`); the tap gives every row of the k-th
+    group the id of this partition's k-th group record instead, and journals those records
+    (their parents: the ids) once the partition's rows are all read. It holds them until
+    then, so a consumer that stops early still finds the records its rows name, and a failed
+    attempt leaves none (only one attempt's may be merged)."""
+
+    def __init__(self, spec: GroupTapSpec) -> None:
+        self.spec = spec
+
+    def __call__(self, batches: Iterator[Any]) -> Iterator[Any]:
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        spec = self.spec
+        partition = partition_id()
+        base = record_id_base(spec.cp.number, partition)
+        held: list[Any] = []
+        counts: list[np.ndarray] = []
+        parents: list[np.ndarray] = []
+        groups = 0
+        for batch in batches:
+            col = batch.column(spec.defs)
+            first = col.is_valid().to_numpy(zero_copy_only=False)
+            if len(first) and not first[0] and groups == 0:
+                raise RuntimeError("grouped map output: a row before its group's first row")
+            starts = col.filter(pa.array(first))
+            counts.append(pc.list_value_length(starts).to_numpy(zero_copy_only=False))
+            parents.append(np.asarray(starts.flatten().to_numpy(zero_copy_only=False), np.int64))
+            gids = base + groups + np.cumsum(first, dtype=np.int64) - 1
+            groups += int(first.sum())
+            index = batch.schema.get_field_index(spec.defs)
+            held.append(batch.remove_column(index).append_column(spec.gid, pa.array(gids)))
+        if groups and spec.journal:
+            journal = TaskJournal(spec.writer, spec.run_id, partition)
+            journal.batch(
+                spec.cp,
+                groups,
+                parent_counts=np.concatenate(counts).astype(np.int64),
+                parent_ids=np.concatenate(parents),
+            )
+            journal.seal()
+        yield from held
+
+
+@dataclass(frozen=True)
+class GroupTapSpec:
+    run_id: str
+    writer: WriterSpec
+    cp: CapturePoint  # the group records' capture point
+    defs: str  # the grouped map's column of each group's ids (on its first row)
+    gid: str  # the column of each row's group record id
+    journal: bool  # False in a replay: the run's lineage is not journaled again
 
 
 def group_function(

@@ -28,7 +28,8 @@ if TYPE_CHECKING:
     from ._frame import LineageDataFrame
 
 LINEAGE_MODES = ("partition", "row")
-_NO_GROUP = CapturePoint(0, "replay", "mapInPandas", "JOIN")
+# The group capture point of a replay's rebuilt query (nothing is journaled at it).
+NO_GROUP = CapturePoint(0, "replay", "group", "JOIN")
 _MODULES = (
     "agent.dataframe._udfrun",
     "agent.dataframe._mapgroupsrun",
@@ -63,7 +64,7 @@ def partition_map(
     if lineage == "partition":
         # A replay journals nothing: its rows carry a group id only to have the captured
         # columns.
-        group = _NO_GROUP if agent.replaying else plumbing.group_cp(what, sorted(lin.cps))
+        group = NO_GROUP if agent.replaying else plumbing.group_cp(what, sorted(lin.cps))
         cps = lin.cps if agent.replaying else frozenset({group.number})
         kind, out_lin = StructField(out, LongType(), False), Lineage((out,), (), cps)
     elif single:
