@@ -80,17 +80,27 @@ def sql_name(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"
 
 
-def scan_id_sql(cp: int) -> str:
+def scan_id_sql(cp: int, checked: bool = False) -> str:
     """The record id (cp, scan partition, row in partition) of each row, as SQL text. It
     must be projected directly over the scan: there `monotonically_increasing_id()` is
     (scan partition << 33) + row index, deterministic for a file scan. SQL text, not Column
     calls: each Column call (`alias` included: ~10) is a py4j round trip, and a source's
-    projection is built by every action that uses it (see `_reader.scanned`)."""
+    projection is built by every action that uses it (see `_reader.scanned`). `checked`:
+    the query fails on a row index past what an id holds (a partition with a gzip file,
+    whose rows its size does not bound)."""
     m = "monotonically_increasing_id()"
-    return (
+    row = f"({m} & {(1 << MONO_PARTITION_SHIFT) - 1})"
+    text = (
         f"{cp << CP_SHIFT} | shiftleft(shiftright({m}, {MONO_PARTITION_SHIFT}), {POSITION_BITS})"
-        f" | ({m} & {(1 << MONO_PARTITION_SHIFT) - 1})"
+        f" | {row}"
     )
+    if not checked:
+        return text
+    too_many = _string_literal(
+        f"a scan partition has more than {1 << POSITION_BITS} rows, more than lineage record "
+        "ids can number: split the gzip input into smaller files"
+    )
+    return f"CASE WHEN {row} < {1 << POSITION_BITS} THEN {text} ELSE raise_error({too_many}) END"
 
 
 def file_scan_id_sql(cp: int, uris: list[str], sizes: list[int]) -> str:

@@ -171,7 +171,7 @@ def scanned(agent: FrameAgent, fmt: str, paths: list[str], schema: Any, opts: di
     if by_file(scan):
         ids = file_scan_id_sql(cp.number, scan["uris"], [f[1] for f in scan["files"]])
     else:
-        ids = scan_id_sql(cp.number)
+        ids = scan_id_sql(cp.number, checked="gzip" in scan)
     projection = f"{ids} AS {sql_name(h)}"
     frame = LineageDataFrame(
         agent,

@@ -193,8 +193,8 @@ def nested(paths: list[str]) -> bool:
 def list_files(paths: list[str], fmt: str) -> list[ScanFile]:
     """The leaf files Spark reads for `paths`, in Spark's order: paths as given, globs
     sorted, a directory's entries in directory order (Hadoop's local listStatus is the
-    directory's own order, as os.listdir's). Nested or partitioned directories and compressed
-    files are refused: their rows could not be re-read by position."""
+    directory's own order, as os.listdir's). Nested or partitioned directories, and compressed
+    files but gzip ones, are refused: their rows could not be re-read by position."""
     out: list[ScanFile] = []
     for raw in paths:
         p = os.path.abspath(local_path(raw))
@@ -218,12 +218,19 @@ def list_files(paths: list[str], fmt: str) -> list[ScanFile]:
             else:
                 raise FileNotFoundError(f"{fmt}: path does not exist: {m}")
     for f in out:
-        if fmt != "parquet" and f.path.endswith(_COMPRESSED):
+        if fmt != "parquet" and f.path.endswith(_COMPRESSED) and not gzipped(f.path):
             raise UnsupportedInput(
-                f"{fmt}: compressed input {f.path} has no byte offsets to re-read rows by; "
-                "decompress it first"
+                f"{fmt}: compressed input {f.path} cannot be re-read by line (of the "
+                "compressed line formats, gzip is supported with lineage); decompress it first"
             )
     return out
+
+
+def gzipped(path: str) -> bool:
+    """Whether Spark reads `path` through Hadoop's gzip codec (chosen by the name's ".gz"),
+    which cannot split it: it is one piece, and its lines are those of its decompressed
+    bytes."""
+    return path.endswith(".gz")
 
 
 def _stat(path: str) -> ScanFile:
@@ -249,7 +256,7 @@ def plan_partitions(
     split = max_split_bytes(files, conf)
     pieces: list[Piece] = []
     for i, f in enumerate(files):
-        if splittable:
+        if splittable and not gzipped(f.path):
             pieces.extend((i, off, min(split, f.size - off)) for off in range(0, f.size, split))
         elif f.size > 0:
             pieces.append((i, 0, f.size))
@@ -392,6 +399,9 @@ def plan_scan(
         scan["uris"] = [u for _, u in named]  # each file's `_metadata.file_path`
     if fmt == "parquet":
         scan["row_groups"] = parquet_row_groups(files)
+    gz = [i for i, f in enumerate(files) if gzipped(f.path)]
+    if gz:  # read whole, each one piece; rows are re-read from their decompressed bytes
+        scan["gzip"] = gz
     scan.update(partitioned(scan, scan_conf(spark) if conf is None else conf))
     return scan
 
@@ -430,8 +440,11 @@ def partitioned(scan: dict, conf: ScanConf) -> dict[str, Any]:
             rows = sum(n for fi, s, ln in part for mid, n in groups[fi] if s <= mid < s + ln)
             _fits(rows)
     else:
-        for part in parts:  # a row needs at least its line terminator, but the last
-            _fits(sum(ln for _, _, ln in part) + len(part))
+        # A row needs at least its line terminator, but the last. A gzip file's rows are not
+        # bounded by its size: its scan's ids check their positions (`scan_id_sql`).
+        gz = set(scan.get("gzip", ()))
+        for part in parts:
+            _fits(sum(ln for fi, _, ln in part if fi not in gz) + len(part))
     return {"partitions": [[list(p) for p in part] for part in parts], "conf": conf.to_dict()}
 
 

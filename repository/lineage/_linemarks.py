@@ -73,7 +73,7 @@ def plan_digest(run: str, cp: int, partition: int, scan: dict) -> str:
         "partition": partition,
         "format": scan["format"],
         "options": scan.get("options", {}),
-        "files": scan["files"],
+        "files": scan.get("source_files", scan["files"]),  # as listed (gzip: not the copy)
         "pieces": scan["partitions"][partition],
     }
     text = json.dumps(plan, sort_keys=True, default=str).encode()

@@ -37,10 +37,15 @@ per column, not a dict per row).
 
 from __future__ import annotations
 
+import atexit
+import gzip
 import logging
 import mmap
 import os
+import shutil
+import tempfile
 import threading
+import zlib
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -82,6 +87,87 @@ class SourceChanged(BadInput):
 
 class _MarksWrong(Exception):
     """Line marks that do not fit the file they name (not a line start, too few lines)."""
+
+
+# -- gzip inputs: read from a decompressed copy ----------------------------------------------
+
+
+def readable(scan: dict) -> dict:
+    """`scan` as its bytes are read: a gzip file (descriptor's "gzip": Spark reads it whole,
+    one piece, through Hadoop's codec) is its decompressed copy, made on first use, with its
+    piece spanning the copy; "source_files" keeps the files as listed (their names, sizes
+    and mtimes, which tell whether they changed). Line offsets of a gzip file are offsets in
+    its decompressed bytes."""
+    if not scan.get("gzip") or "source_files" in scan:
+        return scan
+    files = _Decompressed(scan["files"], frozenset(int(i) for i in scan["gzip"]))
+    return {
+        **scan,
+        "source_files": scan["files"],
+        "files": files,
+        "partitions": _WholePieces(scan["partitions"], files),
+    }
+
+
+class _Decompressed(Sequence):
+    """The files of a scan, a gzip file's entry being its decompressed copy's."""
+
+    def __init__(self, files: list, gz: frozenset[int]) -> None:
+        self._files = files
+        self._gz = gz
+
+    def __len__(self) -> int:
+        return len(self._files)
+
+    def __getitem__(self, fi: Any) -> Any:
+        path, size, mtime_ns = self._files[fi]
+        if fi not in self._gz:
+            return self._files[fi]
+        copy, copy_size = _gunzip(path, int(size), int(mtime_ns))
+        return [copy, copy_size, mtime_ns]
+
+
+class _WholePieces(Sequence):
+    """A scan's partitions, a gzip file's piece spanning its decompressed copy."""
+
+    def __init__(self, parts: list, files: _Decompressed) -> None:
+        self._parts = parts
+        self._files = files
+
+    def __len__(self) -> int:
+        return len(self._parts)
+
+    def __getitem__(self, partition: Any) -> Any:
+        return [
+            [fi, 0, self._files[fi][1]] if fi in self._files._gz else [fi, start, length]
+            for fi, start, length in self._parts[partition]
+        ]
+
+
+_GUNZIP_LOCK = threading.Lock()
+_GUNZIPPED: dict[tuple[str, int, int], tuple[str, int]] = {}
+_GUNZIP_DIR: list[str] = []
+
+
+def _gunzip(path: str, size: int, mtime_ns: int) -> tuple[str, int]:
+    """(path, size) of `path`'s decompressed copy, made once per process in a temporary
+    directory removed at exit (keyed by the file's size and mtime as listed)."""
+    key = (path, size, mtime_ns)
+    with _GUNZIP_LOCK:
+        hit = _GUNZIPPED.get(key)
+        if hit is not None:
+            return hit
+        if not _GUNZIP_DIR:
+            _GUNZIP_DIR.append(tempfile.mkdtemp(prefix="provrepo-gunzip-"))
+            atexit.register(shutil.rmtree, _GUNZIP_DIR[0], True)
+        copy = os.path.join(_GUNZIP_DIR[0], f"{len(_GUNZIPPED)}.txt")
+        try:
+            with gzip.open(path, "rb") as src, open(copy, "wb") as dst:
+                shutil.copyfileobj(src, dst, 1 << 20)
+        except (OSError, EOFError, zlib.error) as e:
+            raise SourceChanged(f"source file {path} cannot be decompressed: {e}") from e
+        _GUNZIPPED[key] = (copy, os.path.getsize(copy))
+        return _GUNZIPPED[key]
 
 
 def scan_of(cp_descriptor: dict | None) -> dict | None:
@@ -152,6 +238,7 @@ class ScanRows:
     def data(self, key: Any, scan: dict, partition: int, positions: np.ndarray) -> list:
         """Raw rows at these positions of one partition: str lines (CSV, JSON, text) or
         pyspark `Row`s (Parquet); None past the partition's end."""
+        scan = readable(scan)
         self._check_files(key, scan)
         if scan["format"] == "parquet":
             return self._parquet_rows(key, scan, partition, positions)
@@ -230,6 +317,7 @@ class ScanRows:
 
     def spans(self, key: Any, scan: dict, partition: int, positions: np.ndarray) -> list:
         """(file path, offset, length) of each line (None past the end); line formats only."""
+        scan = readable(scan)
         self._check_files(key, scan)
         lines = self.lines(key, scan, partition)
         out: list[tuple[str, int, int] | None] = []
@@ -237,13 +325,15 @@ class ScanRows:
             if 0 <= pos < len(lines.starts):
                 fi = int(lines.file[pos])
                 start = int(lines.starts[pos])
-                out.append((scan["files"][fi][0], start, int(lines.ends[pos]) - start))
+                name = scan.get("source_files", scan["files"])[fi][0]
+                out.append((name, start, int(lines.ends[pos]) - start))
             else:
                 out.append(None)
         return out
 
     def count(self, key: Any, scan: dict, partition: int) -> int:
         """How many rows the partition has."""
+        scan = readable(scan)
         self._check_files(key, scan)
         if scan["format"] == "parquet":
             return int(sum(n for _, _, n in _parquet_groups(scan, partition)))
@@ -256,10 +346,12 @@ class ScanRows:
     def position_of(self, key: Any, scan: dict, path: str, offset: int) -> tuple[int, int] | None:
         """(partition, position) of the row whose line holds byte `offset` of `path`; None if
         this scan read no such line (line formats only)."""
+        scan = readable(scan)
         if scan["format"] == "parquet":
             return None
         target = os.path.realpath(path)
-        indexes = [i for i, f in enumerate(scan["files"]) if os.path.realpath(f[0]) == target]
+        listed = scan.get("source_files", scan["files"])
+        indexes = [i for i, f in enumerate(listed) if os.path.realpath(f[0]) == target]
         if not indexes:
             return None
         self._check_files(key, scan)
@@ -285,6 +377,7 @@ class ScanRows:
         """Whether a line-format partition has usable line marks of all its rows, an owner
         making (or completing) and storing them first if it has none (a trace's rare row of
         the partition makes those up to it)."""
+        scan = readable(scan)
         self._check_files(key, scan)
         if scan["format"] == "parquet":
             return False
@@ -385,6 +478,7 @@ class ScanRows:
 
     def lines(self, key: Any, scan: dict, partition: int, need: int | None = None) -> _Lines:
         """A partition's line table: whole, or holding at least its first `need` rows."""
+        scan = readable(scan)
         ck = (key, "lines", partition)
         hit = self._get(ck)
         if hit is None or not (hit.complete or (need is not None and len(hit.starts) >= need)):
@@ -741,7 +835,7 @@ def _check_line_start(scan: dict, piece: list, offset: int) -> None:
 def _file_change(scan: dict, fi: int) -> str | None:
     """Why the scan's file `fi` can no longer be re-read by position (gone, or its size or
     mtime is not what the run recorded), or None."""
-    path, size, mtime_ns = scan["files"][fi]
+    path, size, mtime_ns = scan.get("source_files", scan["files"])[fi]
     try:
         st = os.stat(path)
     except OSError:
