@@ -9,7 +9,7 @@ At the end, numpy turns bounds into parent references in one vectorized pass.
 
 from __future__ import annotations
 
-import os
+import gzip
 import pickle
 from array import array
 from collections.abc import Callable, Iterable, Iterator
@@ -68,8 +68,11 @@ def text_lines(path: str, start: int, length: int) -> Iterator[tuple[np.ndarray,
     a split that does not start the file skips through its first newline, and a split owns
     every line that starts at or before its end (the last one may run past it).
     """
-    end = start + length
-    with open(path, "rb", buffering=0) as f:
+    gz = path.endswith(".gz")
+    # A gzip file is read whole (it cannot be split), its offsets those of its decompressed
+    # bytes, as Hadoop's codec gives them to Spark.
+    end = (1 << 62) if gz else start + length
+    with gzip.open(path, "rb") if gz else open(path, "rb", buffering=0) as f:
         f.seek(start)
         pos = start
         carry = b""
@@ -82,14 +85,15 @@ def text_lines(path: str, start: int, length: int) -> Iterator[tuple[np.ndarray,
                 return
             lines = data.split(b"\n")
             carry = lines.pop()
-            if not chunk and carry:  # end of file: the last line has no terminator
+            unterminated = not chunk and bool(carry)
+            if unterminated:  # end of file: the last line has no terminator
                 lines.append(carry)
                 carry = b""
             if lines:
                 lens = np.fromiter(map(len, lines), dtype=np.int64, count=len(lines)) + 1
                 starts = pos + np.concatenate(([0], np.cumsum(lens[:-1])))
                 keep = int(np.searchsorted(starts, end, side="right"))
-                offs = np.append(starts, starts[-1] + lens[-1])
+                offs = np.append(starts, starts[-1] + lens[-1] - unterminated)
                 if keep < len(lines):  # the rest starts after this split's end
                     yield offs[: keep + 1], lines[:keep], b"\r" in data
                     return
@@ -116,8 +120,8 @@ def text_input(
         for raw in lines:
             bounds_append(count())
             yield raw.decode("utf-8", "replace")
-    # The file's last line may lack its newline: then it ends at the end of the file.
-    end_pos = min(end_pos, os.path.getsize(path)) if offsets else start
+    # (A last line without its newline ends at the end of the file: `text_lines`.)
+    end_pos = end_pos if offsets else start
     state.offsets = np.concatenate([*offsets, [end_pos]]) if offsets else np.array([start])
     state.exhausted = True
 

@@ -29,8 +29,10 @@ def local_path(path: str) -> str:
 
 
 def list_input_files(path: str) -> list[str]:
-    """Files named by a path, a comma-separated list, a directory or a glob (sorted, like
-    Hadoop: hidden files and files starting with '_' or '.' are skipped)."""
+    """Files named by a path, a comma-separated list, a directory or a glob, in Hadoop's
+    order: globs sorted, a directory's entries in the directory's own order (its local
+    listStatus, as os.listdir's; vanilla `textFile` reads them so); hidden files and files
+    starting with '_' or '.' are skipped."""
     files: list[str] = []
     for part in path.split(","):
         p = local_path(part.strip())
@@ -41,7 +43,7 @@ def list_input_files(path: str) -> list[str]:
             if os.path.isdir(m):
                 files.extend(
                     os.path.join(m, n)
-                    for n in sorted(os.listdir(m))
+                    for n in os.listdir(m)
                     if not n.startswith(("_", ".")) and os.path.isfile(os.path.join(m, n))
                 )
             elif os.path.isfile(m):
@@ -49,10 +51,10 @@ def list_input_files(path: str) -> list[str]:
             else:
                 raise FileNotFoundError(f"textFile: input path does not exist: {m}")
     for f in files:
-        if f.endswith((".gz", ".bz2", ".zst", ".lz4", ".snappy", ".deflate", ".xz")):
+        if f.endswith((".bz2", ".zst", ".lz4", ".snappy", ".deflate", ".xz")):
             raise UnsupportedInput(
-                f"textFile: compressed input {f} has no byte offsets to re-read records by; "
-                "decompress it first"
+                f"textFile: compressed input {f} cannot be re-read by line (of the compressed "
+                "inputs, gzip is supported with lineage); decompress it first"
             )
     return files
 
@@ -66,8 +68,8 @@ def compute_splits(
     goal = total // max(min_partitions, 1)
     splits: list[tuple[str, int, int]] = []
     for f, length in zip(files, sizes):
-        if length == 0:
-            splits.append((os.path.abspath(f), 0, 0))
+        if length == 0 or f.endswith(".gz"):  # gzip: not splittable, read whole
+            splits.append((os.path.abspath(f), 0, length))
             continue
         split_size = max(1, min(goal, block_size))
         remaining = length

@@ -358,3 +358,43 @@ def test_lineage_before_any_action_is_a_clear_error(src):
     cap, _, _ = src.text()
     with pytest.raises(ValueError, match="run an action"):
         cap.map(len).lineage()
+
+
+def test_gzip_text_files(lc, tmp_path):
+    """`textFile` over gzip and plain files (some without a last newline): vanilla's records,
+    each traced back to its own line, and each line, named by its offset (in the decompressed
+    bytes for gzip), forward to its record."""
+    import gzip
+
+    d = tmp_path / "in"
+    d.mkdir()
+    contents = {}
+    for i, (name, last_newline) in enumerate(
+        [("a.txt.gz", True), ("b.txt", False), ("c.txt.gz", False), ("d.txt.gz", True)]
+    ):
+        lines = [f"{i * 100 + j}|{'w' * (j % 7)}" for j in range(25 + i)]
+        text = ("\n".join(lines) + ("\n" if last_newline else "")).encode()
+        if name.endswith(".gz"):
+            with gzip.open(d / name, "wb") as g:
+                g.write(text)
+        else:
+            (d / name).write_bytes(text)
+        contents[name] = lines
+    def keep(line):
+        return int(line.split("|")[0]) % 3 != 1
+
+    cap = lc.textFile(str(d), 3).filter(keep)
+    out = cap.collect()
+    assert out == lc.sc.textFile(str(d), 3).filter(keep).collect()
+    lin = cap.lineage()
+    for k, line in enumerate(out):
+        back = LineageRDD(lc.repo, lc.run_id, lin.record_ids[k : k + 1]).go_back_all().collect()
+        assert back == [line]
+    for name, lines in contents.items():
+        offset = 0
+        for line in lines:
+            rids = lc.repo.lineage.records_at(lc.run_id, str(d / name), offset)
+            assert len(rids) == 1, (name, line)
+            fwd = LineageRDD(lc.repo, lc.run_id, np.array(rids)).go_next_all().collect()
+            assert fwd == ([line] if keep(line) else []), (name, line)
+            offset += len(line) + 1

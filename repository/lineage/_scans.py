@@ -37,15 +37,10 @@ per column, not a dict per row).
 
 from __future__ import annotations
 
-import atexit
-import gzip
 import logging
 import mmap
 import os
-import shutil
-import tempfile
 import threading
-import zlib
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -56,6 +51,7 @@ import numpy as np
 from .._errors import BadInput
 from ._arrowrows import rows_of
 from ._linemarks import EVERY, LineMarks, LineMarkStore
+from ._raw import gunzipped
 
 log = logging.getLogger("provrepo.lineage")
 
@@ -144,30 +140,11 @@ class _WholePieces(Sequence):
         ]
 
 
-_GUNZIP_LOCK = threading.Lock()
-_GUNZIPPED: dict[tuple[str, int, int], tuple[str, int]] = {}
-_GUNZIP_DIR: list[str] = []
-
-
 def _gunzip(path: str, size: int, mtime_ns: int) -> tuple[str, int]:
-    """(path, size) of `path`'s decompressed copy, made once per process in a temporary
-    directory removed at exit (keyed by the file's size and mtime as listed)."""
-    key = (path, size, mtime_ns)
-    with _GUNZIP_LOCK:
-        hit = _GUNZIPPED.get(key)
-        if hit is not None:
-            return hit
-        if not _GUNZIP_DIR:
-            _GUNZIP_DIR.append(tempfile.mkdtemp(prefix="provrepo-gunzip-"))
-            atexit.register(shutil.rmtree, _GUNZIP_DIR[0], True)
-        copy = os.path.join(_GUNZIP_DIR[0], f"{len(_GUNZIPPED)}.txt")
-        try:
-            with gzip.open(path, "rb") as src, open(copy, "wb") as dst:
-                shutil.copyfileobj(src, dst, 1 << 20)
-        except (OSError, EOFError, zlib.error) as e:
-            raise SourceChanged(f"source file {path} cannot be decompressed: {e}") from e
-        _GUNZIPPED[key] = (copy, os.path.getsize(copy))
-        return _GUNZIPPED[key]
+    try:
+        return gunzipped(path, size, mtime_ns)
+    except OSError as e:
+        raise SourceChanged(f"source file {path} cannot be decompressed: {e}") from e
 
 
 def scan_of(cp_descriptor: dict | None) -> dict | None:
