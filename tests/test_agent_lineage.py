@@ -380,6 +380,7 @@ def test_gzip_text_files(lc, tmp_path):
         else:
             (d / name).write_bytes(text)
         contents[name] = lines
+
     def keep(line):
         return int(line.split("|")[0]) % 3 != 1
 

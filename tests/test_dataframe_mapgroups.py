@@ -182,6 +182,50 @@ def _lines(data, name, pred):
     return {line for r, line in zip(data.rows[name], data.lines[name]) if pred(r)}
 
 
+def test_iterator_forms(lc, spark, data):
+    """A function over an iterator of the group's batches (chosen by its type hints; several
+    batches a group here): each row it returns is made from every row it read, in pandas,
+    keyed, and Arrow."""
+    spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "4")
+
+    def rows_back(it: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
+        for pdf in it:
+            yield pdf[["okey", "qty"]]
+
+    def counted(key: tuple, it: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
+        n = sum(len(pdf) for pdf in it)
+        yield pd.DataFrame({"qty": [int(key[0])], "n": [n]})
+
+    def arrow_back(it: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in it:
+            yield batch.select(["okey", "qty"])
+
+    def every_row(T):
+        return group_rows(T["items"], lambda r: (r["qty"],), lambda k, rs: rs)
+
+    def sizes(T):
+        return group_rows(
+            T["items"], lambda r: (r["qty"],), lambda k, rs: [{"qty": k[0], "n": len(rs)}]
+        )
+
+    try:
+        for func, arrow, schema, ref, cols in [
+            (rows_back, False, "okey int, qty int", every_row, ["okey", "qty"]),
+            (counted, False, "qty int, n long", sizes, ["qty", "n"]),
+            (arrow_back, True, "okey int, qty int", every_row, ["okey", "qty"]),
+        ]:
+
+            def build(t, func=func, arrow=arrow, schema=schema):
+                grouped = t["items"].groupBy("qty")
+                if arrow:
+                    return grouped.applyInArrow(func, schema)
+                return grouped.applyInPandas(func, schema)
+
+            check(LineageContext(spark, lc.repo), spark, data, build, ref, cols)
+    finally:
+        spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
+
+
 def test_a_failing_group_names_its_rows_and_fails(lc, data):
     items = tables(lc.read, data)["items"]
     with pytest.raises(Exception, match="no quantity 3"):
@@ -210,11 +254,6 @@ def test_skip_drops_a_failing_group(spark, repo, data):
 def test_refusals(lc, data):
     items = tables(lc.read, data)["items"]
 
-    def batches(it: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
-        yield from it
-
-    with pytest.raises(UnsupportedOperation, match="iterator of batches"):
-        items.groupBy("qty").applyInPandas(batches, "okey int, price double, qty int")
     with pytest.raises(UnsupportedOperation, match="applyInPandas after rollup"):
         items.rollup("qty").applyInPandas(lambda pdf: pdf, "okey int, price double, qty int")
     with pytest.raises(TypeError, match="takes 3 positional arguments"):

@@ -5,12 +5,15 @@ The user's function sees its group as vanilla PySpark gives it and may return an
 each row it returns is made from its whole group (both groups when cogrouped): the function
 saw all of them, as an aggregate's output row sees its group's. Spark runs the function as
 it would; beside each input row rides one hidden column of its ids, which the worker-side
-wrapper (`_mapgroupsrun`) takes out of the group before the call and gives, as one array,
-to every row the call returns. A call that raises records its group's rows as culprits; under
-on_error="skip" the group gives no row.
+wrapper (`_mapgroupsrun`) takes out of the group before the call. The first row the call
+returns carries them, as one array, to a tap right after the map (`GroupTap`), which stores
+them once, as the group's record, and gives every row of the group that record's id. A call
+that raises records its group's rows as culprits; under on_error="skip" the group gives no
+row.
 
-The iterator forms (a function over an iterator of batches, chosen by its type hints) are
-refused: an output batch may be yielded before the group's later rows are read.
+The iterator forms (a function over an iterator of the group's batches, chosen by its type
+hints) are captured too: what the function returns is held until it is done, and its rows
+are made from every row it read.
 """
 
 from __future__ import annotations
@@ -75,7 +78,7 @@ def _mapped(
 ) -> LineageDataFrame:
     frame = sides[0]._frame
     agent = frame._agent
-    _refuse_iterators(func, arrow, what)
+    hints = _iterator_hints(func, arrow, what, len(sides))
     arity = len(inspect.getfullargspec(func).args)
     if arity not in (len(sides), len(sides) + 1):
         raise TypeError(
@@ -105,7 +108,9 @@ def _mapped(
         GroupTapSpec(plumbing.run_id, plumbing.writer_spec, group, defs, gid, not agent.replaying)
     )
     with agent.capture_python(_MODULES):
-        wrapper = group_function(func, spec, ids, fields.names, defs, arity, len(sides), arrow)
+        wrapper = group_function(
+            func, spec, ids, fields.names, defs, arity, len(sides), arrow, hints
+        )
         mapped = grouped[0] if len(grouped) == 1 else grouped[0].cogroup(grouped[1])
         df = getattr(mapped, _method(arrow))(wrapper, returned).mapInArrow(tap, tapped)
     return frame._new(
@@ -113,10 +118,13 @@ def _mapped(
     )
 
 
-def _refuse_iterators(func: Any, arrow: bool, what: str) -> None:
-    """The iterator forms, told by the type hints as PySpark tells them (hints it cannot read
-    leave the plain form, as for vanilla)."""
+def _iterator_hints(func: Any, arrow: bool, what: str, sides: int) -> list[Any] | None:
+    """The type hints of an iterator form (told by them, as PySpark tells it: the function
+    takes and returns batches), in parameter order, then the return's; None for the plain
+    form (hints PySpark cannot read leave it, as for vanilla)."""
     try:
+        from typing import get_type_hints
+
         from pyspark.sql.pandas import typehints
 
         infer = (
@@ -125,11 +133,12 @@ def _refuse_iterators(func: Any, arrow: bool, what: str) -> None:
             else typehints.infer_group_pandas_eval_type_from_func
         )
         eval_type = infer(func)
+        hints = get_type_hints(func)
     except Exception:  # no such inference in this PySpark, or hints it cannot read
-        return
-    if eval_type in _ITERATOR_EVAL_TYPES:
-        raise UnsupportedOperation(
-            f"{what} with a function over an iterator of batches with lineage capture (an "
-            "output batch may come before the group's later rows are read): take and return "
-            "one pandas DataFrame / Arrow table per group"
-        )
+        return None
+    if eval_type not in _ITERATOR_EVAL_TYPES:
+        return None
+    if sides > 1:
+        raise UnsupportedOperation(f"{what} with a function over iterators of batches")
+    params = inspect.getfullargspec(func).args
+    return [hints.get(p) for p in params] + [hints.get("return")]

@@ -41,6 +41,7 @@ class _GroupRun:
         out: str,
         keyed: bool,
         arrow: bool,
+        iterator: bool = False,
     ) -> None:
         self.func = func
         self.spec = spec
@@ -49,8 +50,11 @@ class _GroupRun:
         self.out = out
         self.keyed = keyed
         self.arrow = arrow
+        self.iterator = iterator
 
     def __call__(self, key: Any, *groups: Any) -> Any:
+        if self.iterator:
+            return self._batches(key, *groups)
         ids = np.concatenate([row_ids(g, self.ids, self.arrow) for g in groups])
         shown = [visible(g, self.arrow) for g in groups]
         try:
@@ -62,6 +66,34 @@ class _GroupRun:
             return self._empty()
         return self._with_ids(result, ids)
 
+    def _batches(self, key: Any, *groups: Any) -> Iterator[Any]:
+        """The iterator form: the group arrives as batches, and the function returns
+        batches. It may return some before it has read the group's later rows, so what it
+        returns is held until it is done; the first row then carries the ids of every row
+        it read."""
+        read: list[np.ndarray] = []
+
+        def fed(group: Iterator[Any]) -> Iterator[Any]:
+            for batch in group:
+                read.append(row_ids(batch, self.ids, self.arrow))
+                yield visible(batch, self.arrow)
+
+        shown = [fed(g) for g in groups]
+        try:
+            results = list(self.func(key, *shown) if self.keyed else self.func(*shown))
+        except Exception as error:
+            record_failure(self.spec, _joined(read), error)
+            if self.spec.on_error == "fail":
+                raise
+            return
+        ids: np.ndarray | None = _joined(read)
+        for result in results:
+            if ids is not None and _length(result):
+                yield self._with_ids(result, ids)
+                ids = None
+            else:
+                yield self._with_ids(result, None)
+
     def _empty(self) -> Any:
         if self.arrow:
             import pyarrow as pa
@@ -71,7 +103,7 @@ class _GroupRun:
 
         return pd.DataFrame()  # no rows, no columns: Spark takes it for any schema
 
-    def _with_ids(self, result: Any, ids: np.ndarray) -> Any:
+    def _with_ids(self, result: Any, ids: np.ndarray | None) -> Any:
         first = _first_only if self.arrow else _first_only_series
         return with_column(result, self.out, lambda n: first(ids, n), self.names, self.arrow)
 
@@ -147,28 +179,42 @@ def with_column(
     return result
 
 
-def _first_only(ids: np.ndarray, n: int) -> Any:
-    """An Arrow array of `n` lists: `ids` first, then nulls (the group's later rows), typed
-    as Spark types array<bigint> (no null element: Spark compares the types of Arrow
-    results)."""
+def _joined(parts: list[np.ndarray]) -> np.ndarray:
+    return np.concatenate(parts) if parts else np.empty(0, np.int64)
+
+
+def _length(result: Any) -> int:
+    rows = getattr(result, "num_rows", None)
+    return int(rows) if rows is not None else len(result)
+
+
+def _first_only(ids: np.ndarray | None, n: int) -> Any:
+    """An Arrow array of `n` lists: `ids` first, then nulls (the group's later rows; all
+    null for None), typed as Spark types array<bigint> (no null element: Spark compares the
+    types of Arrow results)."""
     import pyarrow as pa
 
+    if ids is None:
+        ids = np.empty(0, np.int64)
+        first = 0
+    else:
+        first = 1
     offsets = np.full(n + 1, len(ids), dtype=np.int32)
     offsets[0] = 0
     valid = np.zeros(n, dtype=bool)
-    valid[:1] = True
+    valid[:first] = True
     kind = pa.list_(pa.field("element", pa.int64(), nullable=False))
     mask = pa.array(~valid)
     return pa.ListArray.from_arrays(pa.array(offsets), pa.array(ids), type=kind, mask=mask)
 
 
-def _first_only_series(ids: np.ndarray, n: int) -> Any:
+def _first_only_series(ids: np.ndarray | None, n: int) -> Any:
     """`_first_only` as a pandas object column (PySpark converts a null list from None,
     not from an Arrow-backed column's NA)."""
     import pandas as pd
 
     values = np.empty(n, dtype=object)
-    if n:
+    if n and ids is not None:
         values[0] = ids
     return pd.Series(values, dtype=object)
 
@@ -238,31 +284,41 @@ def group_function(
     arity: int,
     sides: int,
     arrow: bool,
+    hints: list[Any] | None = None,
 ) -> Callable:
     """The function Spark runs for each group (or pair of cogroups): `arity` positional
     parameters, as the user's function has, since Spark passes the grouping key or not by
-    counting them."""
-    run = _GroupRun(func, spec, ids, names, out, arity > sides, arrow)
+    counting them. `hints`: the iterator form's type hints (the parameters' in order, then
+    the return's), which Spark chooses the form by; None: the plain form (no hints)."""
+    run = _GroupRun(func, spec, ids, names, out, arity > sides, arrow, hints is not None)
+    fn: Callable
     if sides == 1:
         if arity == 1:
 
-            def one(data: Any) -> Any:
+            def one(data):
                 return run(None, data)
 
-            return one
+            fn = one
+        else:
 
-        def keyed(key: Any, data: Any) -> Any:
-            return run(key, data)
+            def keyed(key, data):
+                return run(key, data)
 
-        return keyed
-    if arity == 2:
+            fn = keyed
+    elif arity == 2:
 
-        def both(left: Any, right: Any) -> Any:
+        def both(left, right):
             return run(None, left, right)
 
-        return both
+        fn = both
+    else:
 
-    def keyed_both(key: Any, left: Any, right: Any) -> Any:
-        return run(key, left, right)
+        def keyed_both(key, left, right):
+            return run(key, left, right)
 
-    return keyed_both
+        fn = keyed_both
+    params = fn.__code__.co_varnames[: fn.__code__.co_argcount]
+    fn.__annotations__ = (
+        {} if hints is None else {**dict(zip(params, hints[:-1])), "return": hints[-1]}
+    )
+    return fn
