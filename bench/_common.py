@@ -117,3 +117,45 @@ def local_spark(
     if shuffle_partitions is not None:
         spark.conf.set("spark.sql.shuffle.partitions", str(shuffle_partitions))
     return spark
+
+
+def lineitem_queries(script: str, doc: str, queries: dict[str, Callable]) -> int:
+    """The main of a bench of `queries` over TPC-H `lineitem` as Parquet (bench/dataframe.py's
+    data), each `query(df)` built over `spark.read` and `lc.read` and collected, interleaved
+    (`vanilla_and_captured`); prints each query's medians and their ratio. Arguments: --sf,
+    --runs (>= 5), --driver-memory."""
+    import argparse
+    import os
+    import shutil
+    import tempfile
+
+    p = argparse.ArgumentParser(description=doc.split("\n")[0])
+    p.add_argument("--sf", type=float, default=0.2)
+    p.add_argument("--runs", type=int, default=5)
+    p.add_argument("--driver-memory", default="2g")
+    args = p.parse_args()
+    if args.runs < 5:
+        p.error("--runs must be at least 5 (medians of fewer runs are noise here)")
+    path = os.path.join(
+        os.path.dirname(__file__), "out", f"tpch-sf{args.sf}", "parquet", "lineitem.parquet"
+    )
+    if not os.path.exists(path):
+        p.error(f"{path} is missing: run bench/dataframe.py --sf {args.sf} first")
+    spark = local_spark(f"bench-{script}", memory=args.driver_memory, shuffle_partitions=8)
+    work = tempfile.mkdtemp(prefix=f"bench-{script}-")
+    print(
+        f"bench/{script}.py: TPC-H SF {args.sf} lineitem (Parquet), {args.runs} interleaved "
+        f"runs, local[2], load {load_text()}"
+    )
+    try:
+        for name, query in queries.items():
+            build = lambda reader, q=query: q(reader.parquet(path))  # noqa: E731
+            times = vanilla_and_captured(spark, build, args.runs, work)
+            v, c = median(times["vanilla"]), median(times["captured"])
+            print(f"{name}:")
+            report("vanilla", v, "s")
+            report("captured", c, "s", ratio=f"{c / v:.2f}x vanilla")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+        spark.stop()
+    return 0

@@ -19,14 +19,11 @@ going first in turn; medians of --runs wall times of `collect()`:
 
 from __future__ import annotations
 
-import argparse
 import os
-import shutil
 import sys
-import tempfile
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _common import load_text, local_spark, median, report, vanilla_and_captured
+from _common import lineitem_queries
 
 
 def _fifth(li):
@@ -71,38 +68,5 @@ QUERIES = {
 }
 
 
-def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--sf", type=float, default=0.2)
-    p.add_argument("--runs", type=int, default=5)
-    p.add_argument("--driver-memory", default="2g")
-    args = p.parse_args()
-    if args.runs < 5:
-        p.error("--runs must be at least 5 (medians of fewer runs are noise here)")
-    path = os.path.join(
-        os.path.dirname(__file__), "out", f"tpch-sf{args.sf}", "parquet", "lineitem.parquet"
-    )
-    if not os.path.exists(path):
-        p.error(f"{path} is missing: run bench/dataframe.py --sf {args.sf} first")
-    spark = local_spark("bench-mapgroups", memory=args.driver_memory, shuffle_partitions=8)
-    work = tempfile.mkdtemp(prefix="bench-mapgroups-")
-    print(
-        f"bench/mapgroups.py: TPC-H SF {args.sf} lineitem (Parquet), {args.runs} interleaved "
-        f"runs, local[2], load {load_text()}"
-    )
-    try:
-        for name, query in QUERIES.items():
-            build = lambda reader, q=query: q(reader.parquet(path))  # noqa: E731
-            times = vanilla_and_captured(spark, build, args.runs, work)
-            v, c = median(times["vanilla"]), median(times["captured"])
-            print(f"{name}:")
-            report("vanilla", v, "s")
-            report("captured", c, "s", ratio=f"{c / v:.2f}x vanilla")
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-        spark.stop()
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(lineitem_queries("mapgroups", __doc__, QUERIES))
