@@ -874,10 +874,8 @@ class LineageDataFrame:
         return crosstab(self, col1, col2)
 
     def freqItems(self, cols: Any, support: float | None = None) -> LineageDataFrame:
-        """Spark's frequent items; its row is made from every row."""
-        from ._stats import freq_items
-
-        return freq_items(self, cols, support)
+        """Spark's frequent items; its row is made from every row (as `describe`'s)."""
+        return self._statistics("freqItems", (cols, support))
 
     def corr(self, col1: str, col2: str, method: str | None = None) -> float:
         """Spark's correlation, recorded as one output record made from every row."""

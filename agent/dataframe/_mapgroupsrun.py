@@ -88,7 +88,7 @@ class _GroupRun:
             return
         ids: np.ndarray | None = _joined(read)
         for result in results:
-            if ids is not None and _length(result):
+            if ids is not None and rows_in(result):
                 yield self._with_ids(result, ids)
                 ids = None
             else:
@@ -183,7 +183,8 @@ def _joined(parts: list[np.ndarray]) -> np.ndarray:
     return np.concatenate(parts) if parts else np.empty(0, np.int64)
 
 
-def _length(result: Any) -> int:
+def rows_in(result: Any) -> int:
+    """How many rows a function returned (a pandas DataFrame, an Arrow table or batch)."""
     rows = getattr(result, "num_rows", None)
     return int(rows) if rows is not None else len(result)
 

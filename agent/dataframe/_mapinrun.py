@@ -32,7 +32,7 @@ from journals import record_id_base
 
 from .._spec import CapturePoint
 from .._worker import TaskJournal
-from ._mapgroupsrun import row_ids, visible, with_column
+from ._mapgroupsrun import row_ids, rows_in, visible, with_column
 from ._udfrun import UdfSpec, partition_id, record_failure
 
 
@@ -75,7 +75,7 @@ class PartitionMap:
             raise
         partition = partition_id()
         gid = record_id_base(group.number, partition)
-        if spec.journal and any(_length(r) for r in results):
+        if spec.journal and any(rows_in(r) for r in results):
             parents = _union(reached)
             journal = TaskJournal(spec.udf.journal, spec.udf.run_id, partition)
             journal.batch(group, 1, parent_counts=np.array([len(parents)]), parent_ids=parents)
@@ -93,23 +93,29 @@ class PartitionMap:
                 last[:] = [batch]
                 yield visible(batch, spec.arrow)
 
-        try:
-            for result in self.func(fed()):
-                n = _length(result)
-                if not last or n != _length(last[0]):
-                    read = _length(last[0]) if last else 0
-                    raise ValueError(
-                        f"{self._what()}(lineage='row'): the function returned a batch of {n} "
-                        f"rows after reading one of {read}; lineage='row' needs each returned "
-                        "batch to map the batch read last row by row (the default "
-                        "lineage='partition' takes any function)"
-                    )
-                ids = partial(_same, self._aligned(last[0]))
-                yield with_column(result, spec.out, ids, list(spec.names), spec.arrow)
-        except Exception as error:
-            culprits = row_ids(last[0], spec.ids, spec.arrow) if last else None
-            record_failure(spec.udf, culprits, error)
-            raise
+        returned = None
+        while True:
+            try:
+                if returned is None:
+                    returned = iter(self.func(fed()))
+                result = next(returned)
+            except StopIteration:
+                return
+            except Exception as error:  # the function's: the batch read last is the culprit
+                culprits = row_ids(last[0], spec.ids, spec.arrow) if last else None
+                record_failure(spec.udf, culprits, error)
+                raise
+            n = rows_in(result)
+            if not last or n != rows_in(last[0]):
+                read = rows_in(last[0]) if last else 0
+                raise ValueError(
+                    f"{self._what()}(lineage='row'): the function returned a batch of {n} "
+                    f"rows after reading one of {read}; lineage='row' needs each returned "
+                    "batch to map the batch read last row by row (the default "
+                    "lineage='partition' takes any function)"
+                )
+            ids = partial(_same, self._aligned(last[0]))
+            yield with_column(result, spec.out, ids, list(spec.names), spec.arrow)
 
     def _what(self) -> str:
         return "mapInArrow" if self.spec.arrow else "mapInPandas"
@@ -130,11 +136,6 @@ class PartitionMap:
             dtype=np.int64,
         )
         return pa.array(values, mask=values < 0)
-
-
-def _length(result: Any) -> int:
-    rows = getattr(result, "num_rows", None)
-    return int(rows) if rows is not None else len(result)
 
 
 def _union(parts: list[np.ndarray]) -> np.ndarray:

@@ -40,10 +40,6 @@ def crosstab(frame: LineageDataFrame, col1: str, col2: str) -> LineageDataFrame:
     return frame._new(out, Lineage((), (ids,), frame._lin.cps))
 
 
-def freq_items(frame: LineageDataFrame, cols: Any, support: float | None) -> LineageDataFrame:
-    return frame._statistics("freqItems", (cols, support))
-
-
 class LineageStatFunctions:
     """`df.stat` of a captured DataFrame: PySpark's DataFrameStatFunctions, with lineage."""
 

@@ -115,6 +115,9 @@ class _Decompressed(Sequence):
     def __len__(self) -> int:
         return len(self._files)
 
+    def gzipped(self, fi: int) -> bool:
+        return fi in self._gz
+
     def __getitem__(self, fi: Any) -> Any:
         path, size, mtime_ns = self._files[fi]
         if fi not in self._gz:
@@ -135,7 +138,7 @@ class _WholePieces(Sequence):
 
     def __getitem__(self, partition: Any) -> Any:
         return [
-            [fi, 0, self._files[fi][1]] if fi in self._files._gz else [fi, start, length]
+            [fi, 0, self._files[fi][1]] if self._files.gzipped(fi) else [fi, start, length]
             for fi, start, length in self._parts[partition]
         ]
 
