@@ -30,6 +30,7 @@ from journals import (
     ProvenanceEvent,
     WriterSpec,
     record_id_base,
+    unique_ids,
 )
 
 from . import _inputs as inputs
@@ -474,7 +475,7 @@ def _journal_lineage(
     for cp, reached in groups:
         gid = record_id_base(cp.number, split)
         if prev is None:
-            idx = np.unique(np.frombuffer(reached, dtype=np.int64)) if reached else np.array([])
+            idx = unique_ids(np.frombuffer(reached, dtype=np.int64)) if reached else np.array([])
             parents = in_ids[idx.astype(np.int64)] if len(idx) else np.array([], dtype=np.int64)
         else:
             parents = np.array([prev], dtype=np.int64)

@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from journals import record_id_base
+from journals import record_id_base, unique_ids
 
 from .._spec import CapturePoint
 from .._worker import TaskJournal
@@ -139,7 +139,9 @@ class PartitionMap:
 
 
 def _union(parts: list[np.ndarray]) -> np.ndarray:
-    return np.unique(np.concatenate(parts)) if parts else np.empty(0, np.int64)
+    """The distinct ids of `parts` (`unique_ids`: a scan's rows arrive in id order, taken
+    as they are; numpy 2.4's np.unique took 0.8 s for a partition of 600 K ids)."""
+    return unique_ids(parts)
 
 
 def _same(values: Any, _n: int) -> Any:
