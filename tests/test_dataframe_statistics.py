@@ -139,3 +139,13 @@ def test_col_regex_never_selects_hidden_columns(lc, spark, data):
         got = items.select(items.colRegex(regex))
         assert got.columns == vanilla.select(vanilla.colRegex(regex)).columns
         assert sorted(got.collect()) == sorted(vanilla.select(vanilla.colRegex(regex)).collect())
+
+
+def test_capture_off_statistics_are_vanilla(spark, repo, data):
+    lc = LineageContext(spark, repo, capture=False)
+    items, vanilla = (tables(r.read, data)["items"].limit(40) for r in (lc, spark))
+    assert items.corr("price", "qty") == vanilla.corr("price", "qty")
+    assert items.approxQuantile("qty", [0.5], 0.0) == vanilla.approxQuantile("qty", [0.5], 0.0)
+    assert sorted(items.crosstab("qty", "qty").collect()) == sorted(
+        vanilla.crosstab("qty", "qty").collect()
+    )

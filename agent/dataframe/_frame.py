@@ -879,25 +879,28 @@ class LineageDataFrame:
 
     def corr(self, col1: str, col2: str, method: str | None = None) -> float:
         """Spark's correlation, recorded as one output record made from every row."""
-        require_stable(self, "corr()")
         visible = self._visible_df()
-        return self._agent.outputs.value(self, "corr", lambda: visible.corr(col1, col2, method))
+        return self._number("corr", lambda: visible.corr(col1, col2, method))
 
     def cov(self, col1: str, col2: str) -> float:
         """Spark's sample covariance, recorded as `corr` is."""
-        require_stable(self, "cov()")
         visible = self._visible_df()
-        return self._agent.outputs.value(self, "cov", lambda: visible.cov(col1, col2))
+        return self._number("cov", lambda: visible.cov(col1, col2))
 
     def approxQuantile(self, col: Any, probabilities: Any, relativeError: float) -> Any:
         """Spark's approximate quantiles, recorded as `corr` is."""
-        require_stable(self, "approxQuantile()")
         visible = self._visible_df()
-        return self._agent.outputs.value(
-            self,
-            "approxQuantile",
-            lambda: visible.approxQuantile(col, probabilities, relativeError),
+        return self._number(
+            "approxQuantile", lambda: visible.approxQuantile(col, probabilities, relativeError)
         )
+
+    def _number(self, action: str, compute: Callable[[], Any]) -> Any:
+        """`compute()` (Spark's, over the visible rows), recorded as one output record made
+        from every row; the ids come from one more aggregate, so the input must be stable."""
+        if not self._lin:
+            return compute()
+        require_stable(self, f"{action}()")
+        return self._agent.outputs.value(self, action, compute)
 
     def colRegex(self, colName: str) -> Column:
         """The visible columns whose names match the backquoted regex `colName` (never a
