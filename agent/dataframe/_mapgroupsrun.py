@@ -72,13 +72,7 @@ class _GroupRun:
         returns is held until it is done; the first row then carries the ids of every row
         it read."""
         read: list[np.ndarray] = []
-
-        def fed(group: Iterator[Any]) -> Iterator[Any]:
-            for batch in group:
-                read.append(row_ids(batch, self.ids, self.arrow))
-                yield visible(batch, self.arrow)
-
-        shown = [fed(g) for g in groups]
+        shown = [reading(g, self.ids, self.arrow, read) for g in groups]
         try:
             results = list(self.func(key, *shown) if self.keyed else self.func(*shown))
         except Exception as error:
@@ -132,6 +126,24 @@ def row_ids(batch: Any, column: str, arrow: bool) -> np.ndarray:
         else:
             values = col.to_numpy(dtype=np.int64)
     return values[values >= 0]
+
+
+def reading(batches: Iterator[Any], column: str, arrow: bool, read: list[np.ndarray]) -> Any:
+    """`batches` as the user's function gets them (`visible`), each one's ids (`row_ids`)
+    added to `read` as it is handed over."""
+    for batch in batches:
+        read.append(row_ids(batch, column, arrow))
+        yield visible(batch, arrow)
+
+
+def journal_groups(
+    writer: WriterSpec, run_id: str, cp: CapturePoint, counts: np.ndarray, parents: np.ndarray
+) -> None:
+    """Journal and seal this task's group records at `cp` (record k: `counts[k]` parents, in
+    order in `parents`), ids from position 0 of the task's partition."""
+    journal = TaskJournal(writer, run_id, partition_id())
+    journal.batch(cp, len(counts), parent_counts=counts, parent_ids=parents)
+    journal.seal()
 
 
 def visible(batch: Any, arrow: bool) -> Any:
@@ -236,8 +248,7 @@ class GroupTap:
         import pyarrow.compute as pc
 
         spec = self.spec
-        partition = partition_id()
-        base = record_id_base(spec.cp.number, partition)
+        base = record_id_base(spec.cp.number, partition_id())
         held: list[Any] = []
         counts: list[np.ndarray] = []
         parents: list[np.ndarray] = []
@@ -255,14 +266,8 @@ class GroupTap:
             index = batch.schema.get_field_index(spec.defs)
             held.append(batch.remove_column(index).append_column(spec.gid, pa.array(gids)))
         if groups and spec.journal:
-            journal = TaskJournal(spec.writer, spec.run_id, partition)
-            journal.batch(
-                spec.cp,
-                groups,
-                parent_counts=np.concatenate(counts).astype(np.int64),
-                parent_ids=np.concatenate(parents),
-            )
-            journal.seal()
+            counted = np.concatenate(counts).astype(np.int64)
+            journal_groups(spec.writer, spec.run_id, spec.cp, counted, np.concatenate(parents))
         yield from held
 
 

@@ -31,8 +31,7 @@ import numpy as np
 from journals import record_id_base, unique_ids
 
 from .._spec import CapturePoint
-from .._worker import TaskJournal
-from ._mapgroupsrun import row_ids, rows_in, visible, with_column
+from ._mapgroupsrun import journal_groups, reading, row_ids, rows_in, visible, with_column
 from ._udfrun import UdfSpec, partition_id, record_failure
 
 
@@ -62,24 +61,19 @@ class PartitionMap:
     def _partition(self, batches: Iterator[Any], group: CapturePoint) -> Iterator[Any]:
         spec = self.spec
         reached: list[np.ndarray] = []
-
-        def fed() -> Iterator[Any]:
-            for batch in batches:
-                reached.append(row_ids(batch, spec.ids, spec.arrow))
-                yield visible(batch, spec.arrow)
-
         try:
-            results = list(self.func(fed()))
+            results = list(self.func(reading(batches, spec.ids, spec.arrow, reached)))
         except Exception as error:
-            record_failure(spec.udf, _union(reached), error)
+            record_failure(spec.udf, unique_ids(reached), error)
             raise
-        partition = partition_id()
-        gid = record_id_base(group.number, partition)
+        gid = record_id_base(group.number, partition_id())
         if spec.journal and any(rows_in(r) for r in results):
-            parents = _union(reached)
-            journal = TaskJournal(spec.udf.journal, spec.udf.run_id, partition)
-            journal.batch(group, 1, parent_counts=np.array([len(parents)]), parent_ids=parents)
-            journal.seal()
+            # unique_ids: a scan's rows arrive in id order, taken as they are (numpy 2.4's
+            # np.unique hashes: 0.8 s for a partition of 600 K ids).
+            parents = unique_ids(reached)
+            journal_groups(
+                spec.udf.journal, spec.udf.run_id, group, np.array([len(parents)]), parents
+            )
         names = list(spec.names)
         for result in results:
             yield with_column(result, spec.out, partial(_constant, gid), names, spec.arrow)
@@ -136,12 +130,6 @@ class PartitionMap:
             dtype=np.int64,
         )
         return pa.array(values, mask=values < 0)
-
-
-def _union(parts: list[np.ndarray]) -> np.ndarray:
-    """The distinct ids of `parts` (`unique_ids`: a scan's rows arrive in id order, taken
-    as they are; numpy 2.4's np.unique took 0.8 s for a partition of 600 K ids)."""
-    return unique_ids(parts)
 
 
 def _same(values: Any, _n: int) -> Any:

@@ -119,9 +119,9 @@ class _Decompressed(Sequence):
         return fi in self._gz
 
     def __getitem__(self, fi: Any) -> Any:
-        path, size, mtime_ns = self._files[fi]
         if fi not in self._gz:
             return self._files[fi]
+        path, size, mtime_ns = self._files[fi]
         copy, copy_size = _gunzip(path, int(size), int(mtime_ns))
         return [copy, copy_size, mtime_ns]
 
