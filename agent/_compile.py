@@ -19,6 +19,7 @@ from journals import WriterSpec
 from ._interpreter import capture_python
 from ._plan import (
     AggregateShuffle,
+    FrameSource,
     JoinShuffle,
     ParallelSource,
     PlanNode,
@@ -29,6 +30,7 @@ from ._plan import (
 from ._spec import (
     CombineSink,
     ForwardSink,
+    FrameInput,
     OutputSink,
     ParallelInput,
     ReplayInput,
@@ -113,7 +115,11 @@ class SparkCompiler:
                 return cached
         s = start.segment_start()
         result: SegmentInput
-        if isinstance(s, TextSource | ParallelSource):
+        if isinstance(s, FrameSource):
+            if replay is not None:  # refused before any replay is planned (`_replay`)
+                raise RuntimeError("a replay cannot read a DataFrame's rows")
+            result = (FrameInput(s.cp), s.rdd)
+        elif isinstance(s, TextSource | ParallelSource):
             if replay is not None and s.cp.number in replay.sources:
                 # Only the partitions holding traced records run, each tagged with its number.
                 parts = [(p, recs) for p, recs in enumerate(replay.sources[s.cp.number]) if recs]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 import uuid
 import weakref
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from journals import TRANSPORTS
@@ -14,7 +14,7 @@ from repository import BadInput, Culprit, ProvenanceRepository
 from ._compile import SparkCompiler
 from ._deferred import NARROW_POLICIES
 from ._interpreter import check_capture_python
-from ._plan import ParallelSource, PlanNode, TextSource
+from ._plan import FrameSource, ParallelSource, PlanNode, TextSource
 from ._planner import Planner
 from ._rdd import CapturedRDD
 from ._spark_trace import SPARK_THRESHOLD
@@ -236,6 +236,17 @@ class LineageContext:
         node = self.planner.node_name("parallelize")
         cp = self.planner.capture_point(node, "parallelize", "RECEIVE", [], "source", n)
         return self._source(PlanNode("source", node, n, start=ParallelSource(cp, rdd)))
+
+    def rows_rdd(
+        self, op: str, rdd: Any, parents: Iterable[int], around: Callable[[str], Any]
+    ) -> CapturedRDD:
+        """An RDD of rows whose lineage is known: `rdd` (a PySpark RDD) yields (row, ids), ids
+        being records of capture points `parents` (a captured DataFrame's `rdd`). Each row is
+        a record named by position whose parents are its ids; `around` as `FrameSource`."""
+        n = rdd.getNumPartitions()
+        node = self.planner.node_name(op)
+        cp = self.planner.capture_point(node, op, "JOIN", sorted(parents), "shuffle", n)
+        return self._source(PlanNode("source", node, n, start=FrameSource(cp, rdd, around)))
 
     def _source(self, node: PlanNode) -> CapturedRDD:
         return CapturedRDD(self, node, self._compiler)

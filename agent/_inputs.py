@@ -25,7 +25,18 @@ _CHUNK = 1 << 22
 class InputState:
     """What an input leaves behind for the sink and the journal."""
 
-    __slots__ = ("base", "bounds", "chunk", "exhausted", "ids", "merge", "offsets", "values")
+    __slots__ = (
+        "base",
+        "bounds",
+        "chunk",
+        "chunks",
+        "current",
+        "exhausted",
+        "ids",
+        "merge",
+        "offsets",
+        "values",
+    )
 
     def __init__(self, base: int) -> None:
         self.base = base  # record id of position 0 when ids are positional
@@ -40,6 +51,9 @@ class InputState:
         # Text inputs: (index of its first line, its N+1 offsets) of the chunk being read, set
         # once per chunk, so a FAIL event can name the failing line's bytes at no per-record cost.
         self.chunk: tuple[int, np.ndarray] | None = None
+        self.chunks: list[np.ndarray] = []  # text inputs: each chunk's line starts so far
+        # DataFrame rows: the row handed on last (a FAIL event shows it).
+        self.current: Any = None
 
     def input_ids(self) -> np.ndarray:
         n = len(self.bounds)
@@ -52,6 +66,16 @@ class InputState:
         if self.ids is None:
             raise RuntimeError("this input names its records by position, not by explicit ids")
         return self.ids
+
+    def text_offsets(self, start: int) -> np.ndarray:
+        """Text inputs: the N+1 byte offsets of the N lines handed on (all of the split's
+        once it was read to its end; fewer when a mapPartitions function stopped early)."""
+        if self.offsets is not None:
+            return self.offsets
+        if self.chunk is None:
+            return np.array([start], dtype=np.int64)
+        first, offs = self.chunk  # the chunk being read: its starts are chunks[-1]
+        return np.concatenate([*self.chunks[:-1], offs[: len(self.bounds) - first + 1]])
 
     def current_id(self) -> int:
         i = len(self.bounds) - 1
@@ -109,7 +133,7 @@ def text_input(
     """Lines of a text split as str (UTF-8, errors replaced, "\\n" or "\\r\\n" stripped)."""
     path, start, length = split
     bounds_append = state.bounds.append
-    offsets = []
+    offsets = state.chunks
     end_pos = start
     for offs, lines, has_cr in text_lines(path, start, length):
         offsets.append(offs[:-1])
@@ -177,6 +201,24 @@ def parallel_input(
         for x in iterator:
             bounds_append(count())
             yield x
+    state.exhausted = True
+
+
+def frame_input(state: InputState, iterator, count: Callable[[], int]) -> Iterator:
+    """A captured DataFrame's rows, arriving as (row, ids): named by position, each a record
+    whose parents are its ids (deduplicated, ascending), left in `state.merge` as CSR."""
+    bounds_append = state.bounds.append
+    per, parents = array("i"), array("q")
+    per_append, parents_extend = per.append, parents.extend
+    state.merge = (0, "csr", per, parents)  # as they are pulled (a mapPartitions may stop)
+    for row, ids in iterator:
+        if len(ids) > 1:
+            ids = sorted(set(ids))
+        per_append(len(ids))
+        parents_extend(ids)
+        state.current = row
+        bounds_append(count())
+        yield row
     state.exhausted = True
 
 

@@ -14,6 +14,7 @@ cache what they built per node.
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -40,6 +41,18 @@ class ParallelSource:
 
     cp: CapturePoint
     rdd: Any
+
+
+@dataclass(frozen=True)
+class FrameSource:
+    """A captured DataFrame's rows (`df.rdd`): `rdd` (a PySpark RDD) yields (row, ids), ids
+    being the row's DataFrame lineage; each row becomes a record whose parents are its ids.
+    `around(action)`: a context manager the DataFrame agent puts around every action that
+    reads these rows (its scans planned first, its UDF failures blamed)."""
+
+    cp: CapturePoint
+    rdd: Any
+    around: Callable[[str], AbstractContextManager[Any]]
 
 
 @dataclass(frozen=True)
@@ -80,7 +93,7 @@ class UnionStart:
     """The node's parents' records, concatenated; ids pass through (no capture point)."""
 
 
-SourceStart = TextSource | ParallelSource
+SourceStart = TextSource | ParallelSource | FrameSource
 ShuffleStart = AggregateShuffle | JoinShuffle | SortShuffle
 SegmentStart = SourceStart | ShuffleStart | UnionStart
 
@@ -144,6 +157,20 @@ class PlanNode:
                 out.extend(c for c in p.capture_points() if c not in out)
             return out
         return [s.cp.number]
+
+    def frame_sources(self) -> list[FrameSource]:
+        """The DataFrame rows this node's records come from, through every node upstream."""
+        out: list[FrameSource] = []
+        todo, seen = [self], set()
+        while todo:
+            node = todo.pop()
+            if id(node) in seen:
+                continue
+            seen.add(id(node))
+            if isinstance(node.start, FrameSource):
+                out.append(node.start)
+            todo.extend(node.parents)
+        return out
 
     def segment_dependency(self) -> Literal["narrow", "union"]:
         """How records leaving this node's segment depend on its start's records."""

@@ -29,7 +29,7 @@ import logging
 import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, replace
 from typing import Any, Literal, Protocol
 
@@ -242,8 +242,12 @@ class Planner:
             self._tell("action_started", info)
         error: BaseException | None = None
         try:
-            with capture_python(self._sc, modules):  # the action builds the last Python function
-                yield
+            with capture_python(self._sc, modules), ExitStack() as frames:
+                # Rows of DataFrames read (`df.rdd`): their agent's own preparations and
+                # failure handling, as around its own actions.
+                for s in node.frame_sources() if node is not None else ():
+                    frames.enter_context(s.around(cp.component_id))
+                yield  # the action builds the last Python function in here
             with self._lock:
                 if node is not None:
                     self._outputs[cp.number] = node

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import copy
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from pyspark.rdd import RDD, portable_hash
@@ -63,6 +64,9 @@ SUPPORTED = (
     "take",
     "count",
     "first",
+    "toLocalIterator",
+    "foreach",
+    "foreachPartition",
     "saveAsTextFile",
     "getNumPartitions",
     "lineage",
@@ -397,6 +401,38 @@ class CapturedRDD:
         if start < len(got):  # not capturing: no markers
             items.extend(got[start : start + max(0, num - len(items))])
 
+    def toLocalIterator(self, prefetchPartitions: bool = False) -> Iterator[Any]:
+        """The records, a partition at a time (one job per partition, run as the iterator
+        reaches it), as PySpark's. Each partition's records are journaled as the action's
+        output when its job completes; the action ends when the iterator does (or is closed).
+        `prefetchPartitions` is accepted and not used: one partition runs at a time."""
+        cp, rdd = self._run_output("collect")
+        self.last_output = cp  # lineage(): the partitions read so far
+        return self._partitions(cp, rdd)
+
+    def _partitions(self, cp: CapturePoint, rdd: RDD[Any]) -> Iterator[Any]:
+        with self.lc.planner.action(cp, self.node):
+            for p in range(self.node.num_partitions):
+                yield from self.lc.sc.runJob(rdd, _as_list_of_partition, [p])
+
+    def foreach(self, f: Callable[[Any], Any]) -> None:
+        """`f` on every record, on the executors, as PySpark's. Each record `f` returned on
+        is an output record (SEND, "foreach"); one it raised on is a culprit (FAIL), and under
+        on_error="skip" the job goes on without it."""
+        self._run_each("foreach", self.map(partial(_called, f)))
+
+    def foreachPartition(self, f: Callable[[Iterable[Any]], Any]) -> None:
+        """`f` on each partition's iterator, as PySpark's. One output record per partition,
+        made from every record that reached `f` (partition lineage, as `mapPartitions`)."""
+        self._run_each("foreachPartition", self.mapPartitions(partial(_called_on_partition, f)))
+
+    def _run_each(self, action: str, called: CapturedRDD) -> None:
+        cp = self.lc.planner.output_point(called.node, action)
+        job = self._compiler.build(called.node, OutputSink(cp, "count", capture_values=False))
+        with self.lc.planner.action(cp, called.node):
+            job.collect()
+        self.last_output = cp
+
     def first(self) -> Any:
         rs = self.take(1)
         if rs:
@@ -484,6 +520,15 @@ def _first(x, _):
 
 def _key(kv):
     return kv[0]
+
+
+def _called(f: Callable[[Any], Any], x: Any) -> None:
+    f(x)
+
+
+def _called_on_partition(f: Callable[[Iterable[Any]], Any], iterator: Iterable[Any]) -> Any:
+    f(iterator)
+    return iter((None,))
 
 
 def _as_list_of_partition(iterator: Iterable) -> list:

@@ -26,6 +26,7 @@ from repository import BadInput
 
 from ._interpreter import capture_python
 from ._local import can_run_locally, run_local
+from ._rdd import UnsupportedOperation
 from ._spec import OutputSink, ReplaySpec
 
 if TYPE_CHECKING:
@@ -59,6 +60,7 @@ def selective(
         )
     out_cp, origin = lin.origin
     node = planner.output_node(out_cp)
+    _refuse_frames(node)
     run = planner.run_id
     index = planner.repo.lineage
     info = index.run_info(run)
@@ -107,6 +109,7 @@ def exclusive(
 ) -> list:
     """Re-run `rdd`'s pipeline on its whole input minus `exclude`'s records, removed at
     their capture point."""
+    _refuse_frames(rdd.node)
     ids = exclude.record_ids
     if not len(ids):
         raise BadInput("exclusive replay: nothing to exclude (the trace is empty)")
@@ -133,6 +136,15 @@ def exclusive(
     drop = {n: frozenset(ids[cps == n].tolist()) for n in numbers}
     plan = ReplayPlan(ReplaySpec(drop=drop), {}, rdd.last_output)
     return _run(compiler, rdd.node, plan)
+
+
+def _refuse_frames(node: PlanNode) -> None:
+    frames = node.frame_sources()
+    if frames:
+        raise UnsupportedOperation(
+            f"replay of an RDD made from a DataFrame ({frames[0].cp.component_id}): the "
+            "RDD agent cannot re-run the DataFrame's query; replay the DataFrame itself"
+        )
 
 
 def _run(compiler: SparkCompiler, node: PlanNode, plan: ReplayPlan) -> list:

@@ -50,6 +50,13 @@ class ParallelInput:
 
 
 @dataclass(frozen=True)
+class FrameInput:
+    """A captured DataFrame's rows, arriving as (row, its lineage ids)."""
+
+    cp: CapturePoint
+
+
+@dataclass(frozen=True)
 class UnionInput:
     """Records arrive as (value, record id) from parent segments; ids pass through."""
 

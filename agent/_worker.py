@@ -39,6 +39,7 @@ from ._spec import (
     CapturePoint,
     CombineSink,
     ForwardSink,
+    FrameInput,
     NarrowOp,
     OutputSink,
     ParallelInput,
@@ -215,12 +216,13 @@ def run_segment(spec: SegmentSpec, split: int, iterator: Iterator) -> Iterator:
             if journal is not None
             else ignore_error
         )
-    records = apply_ops(records, spec.ops, split, state, groups, on_fail)
-    if groups:  # after a partition-lineage mapPartitions every record derives from its group
-        ids.const = record_id_base(groups[-1][0].number, split)
-    if on_fail is not None:  # skip
-        records = skipping(records, on_fail)
     try:
+        # A mapPartitions function that is no generator runs (and may raise) in here.
+        records = apply_ops(records, spec.ops, split, state, groups, on_fail)
+        if groups:  # after a partition-lineage mapPartitions every record derives from it
+            ids.const = record_id_base(groups[-1][0].number, split)
+        if on_fail is not None:  # skip
+            records = skipping(records, on_fail)
         yield from sink.run(records)
         if not state.exhausted:  # a StopIteration escaped a user function and ended a map early
             raise RuntimeError(STOP_ITERATION_MESSAGE)
@@ -291,6 +293,8 @@ def _failing_record(
                 return loc, None
         if state.values is not None and i < len(state.values):
             return None, repr(pickle.loads(state.values[i]))[:_VALUE_REPR_MAX]
+        if isinstance(inp, FrameInput):
+            return None, repr(state.current)[:_VALUE_REPR_MAX]
     except Exception:  # naming the culprit must never hide the user's own error
         pass
     return None, None
@@ -341,6 +345,8 @@ def _make_input(
         return inputs.text_input(state, inp.splits[split], count)
     if isinstance(inp, ParallelInput):
         return inputs.parallel_input(state, iterator, count, capture, drop)
+    if isinstance(inp, FrameInput):
+        return inputs.frame_input(state, iterator, count)
     if isinstance(inp, UnionInput):
         return inputs.union_input(state, iterator, count)
     if isinstance(inp, ReplayInput):  # each partition: one list of (value, original id)
@@ -427,6 +433,10 @@ def apply_ops(
         elif name == "keys":
             records = map(itemgetter(0), records)
         elif name == "mapPartitions":
+            # f may stop reading early (vanilla allows it): the input is then not exhausted,
+            # so what tells a StopIteration that escaped a map and ended it early (see
+            # run_segment) is checked here, and again on f's output.
+            records = _ended_properly(records, state)
             if op.lineage == "partition":
                 reached = None
                 if not groups:  # the first group's parents: the inputs that reached f
@@ -434,10 +444,26 @@ def apply_ops(
                     records = _reaching(records, reached, state.bounds.__len__)
                 groups.append((op.group_cp, reached))
             records = f(split, records) if op.with_index else f(records)
-            records = iter(records)
+            records = _marking_end(iter(records), state)
         else:
             raise TypeError(f"unknown narrow operation {name}")
     return records
+
+
+def _ended_properly(records: Iterator, state) -> Iterator:
+    """`records`, failing the task if they end before the segment's input does (a
+    StopIteration escaped a user function and ended a map early)."""
+    yield from records
+    if not state.exhausted:
+        raise RuntimeError(STOP_ITERATION_MESSAGE)
+
+
+def _marking_end(records: Iterator, state) -> Iterator:
+    """A mapPartitions function's output; once it ends, the records downstream ended
+    properly as far as this segment's input goes (`f` may have left input unread)."""
+    state.exhausted = False
+    yield from records
+    state.exhausted = True
 
 
 def _reaching(records: Iterator, reached: array, n_pulled: Callable[[], int]) -> Iterator:
@@ -462,12 +488,12 @@ def _journal_lineage(
         journal.batch(
             inp.cp,
             n_in,
-            offsets=state.offsets,
+            offsets=state.text_offsets(start),
             location=Location(_file_uri(path), start, length),
         )
     elif isinstance(inp, ParallelInput):
         journal.batch(inp.cp, n_in, values=state.values)
-    elif isinstance(inp, ShuffleInput) and state.merge is not None:
+    elif isinstance(inp, ShuffleInput | FrameInput) and state.merge is not None:
         n, counts, parents = _merge_csr(state.merge)
         journal.batch(inp.cp, n, parent_counts=counts, parent_ids=parents, values=state.values)
     # mapPartitions groups: one record each; the first's parents are the inputs that reached it.
@@ -491,12 +517,13 @@ def _journal_lineage(
 
 
 def _merge_csr(merge: tuple) -> tuple[int, np.ndarray, np.ndarray]:
-    """CSR parents of a shuffle input's records from what the merge recorded."""
+    """CSR parents of a shuffle (or DataFrame rows') input's records from what the merge
+    recorded."""
     n, layout, a, b = merge
     parents = np.frombuffer(b, dtype=np.int64)
     per = np.frombuffer(a, dtype=np.int32)
-    if layout == "csr":
-        return n, per.astype(np.int64), parents
+    if layout == "csr":  # as many records as counts (a DataFrame's rows: those pulled)
+        return len(per), per.astype(np.int64), parents
     order = _stable_order(per, n)  # "coo": group arrivals by record, keeping arrival order
     return n, np.bincount(per, minlength=n), parents[order]
 

@@ -115,3 +115,14 @@ def test_a_task_whose_lineage_cannot_be_made_durable_fails(lc):
     lc.repo.rollover()
     info = lc.repo.lineage.run_info(lc.run_id)  # the run descriptor, and no lineage
     assert info.capture_points and all(c.records == 0 for c in info.capture_points.values())
+
+
+def test_a_map_partitions_function_that_is_no_generator_names_its_culprit(lc):
+    # It runs, and raises, when the segment is set up, before any record is pulled by the
+    # sink: the failure is still the segment's, recorded with the element it raised on.
+    with pytest.raises(Exception, match="division"):
+        lc.parallelize(list(range(10)), 2).mapPartitions(
+            lambda it: [1 // (x - 7) for x in it]
+        ).collect()
+    culprits = lc.culprits()
+    assert [(c.data, c.exception) for c in culprits] == [("7", "ZeroDivisionError")]

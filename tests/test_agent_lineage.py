@@ -8,6 +8,7 @@ from __future__ import annotations
 import operator
 from collections import Counter
 from collections.abc import Callable
+from itertools import islice
 
 import numpy as np
 import pytest
@@ -282,6 +283,36 @@ def test_joins(src, lc, how):
 
 
 # -- actions ---------------------------------------------------------------------------------------
+
+
+# Read two records of their partition and stop, as vanilla allows; the second streams
+# (lambdas: shipped by value).
+_first_two = lambda it: list(islice(it, 2))  # noqa: E731
+_first_two_streamed = lambda it: (x for x in islice(it, 2))  # noqa: E731
+
+
+@pytest.mark.parametrize("lineage", ["partition", "record"])
+def test_map_partitions_that_stops_early(src, lc, lineage):
+    # Only the records f read are lineage: both of them under "partition", each output's
+    # own under "record" (islice streams). A map before it keeps its StopIteration guard.
+    for cap, van, _ref in (src.text(), src.table(PAIRS)):
+        f = _first_two if lineage == "partition" else _first_two_streamed
+        out = cap.map(lambda x: x).mapPartitions(f, lineage=lineage)
+        got = out.collect()
+        assert got == van.mapPartitions(_first_two).collect()
+        lin = out.lineage()
+        assert len(got) == 2 * out.getNumPartitions()
+        for i, rid in enumerate(lin.record_ids.tolist()):
+            back = LineageRDD(lc.repo, lc.run_id, np.array([rid])).go_back_all().collect()
+            pair = got[i - i % 2 : i - i % 2 + 2] if lineage == "partition" else got[i : i + 1]
+            assert sorted(map(source_id, back)) == sorted(map(source_id, pair))
+
+    def stop(x):
+        raise StopIteration
+
+    cap, _van, _ref = src.table(PAIRS)
+    with pytest.raises(Exception, match="StopIteration"):
+        cap.map(stop).mapPartitions(_first_two).collect()
 
 
 def test_take_and_first_trace_to_their_inputs(src, lc):

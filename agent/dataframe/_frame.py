@@ -1213,6 +1213,56 @@ class LineageDataFrame:
         return self._agent.outputs.to_pandas(self)
 
     @property
+    def rdd(self) -> Any:
+        """The rows as an RDD of the lineage agent (`CapturedRDD`): RDD operations after it
+        keep the lineage back to this DataFrame's sources. The DataFrame must give its rows
+        in the same order each time it runs (see `agent.dataframe._rows`)."""
+        from ._rows import rows_rdd
+
+        return rows_rdd(self)
+
+    def toJSON(self, use_unicode: bool = True) -> Any:
+        """Each row as a JSON string, in a captured RDD (see `rdd`)."""
+        from ._rows import json_rdd
+
+        return json_rdd(self)
+
+    def toLocalIterator(self, prefetchPartitions: bool = False) -> Iterator[Any]:
+        """The rows, a partition at a time (see the lineage agent's RDD `toLocalIterator`):
+        each partition's rows are output records once its job completes."""
+        from ._rows import rows_rdd
+
+        if not self._lin:
+            return self._df.toLocalIterator(prefetchPartitions)
+        rows = rows_rdd(self, once="toLocalIterator")
+        out = rows.toLocalIterator(prefetchPartitions)
+        self.last_output = rows.last_output
+        return out
+
+    def foreach(self, f: Callable[[Any], Any]) -> None:
+        """`f` on every row, on the executors. Each row `f` returned on is an output record
+        (SEND) made from the row's sources; a row it raised on is a culprit (FAIL), and under
+        on_error="skip" the job goes on without it."""
+        from ._rows import rows_rdd
+
+        if not self._lin:
+            return self._df.foreach(f)
+        rows = rows_rdd(self, once="foreach")
+        rows.foreach(f)
+        self.last_output = rows.last_output
+
+    def foreachPartition(self, f: Callable[[Any], Any]) -> None:
+        """`f` on each partition's iterator of rows. One output record per partition, made
+        from the sources of every row that reached `f`."""
+        from ._rows import rows_rdd
+
+        if not self._lin:
+            return self._df.foreachPartition(f)
+        rows = rows_rdd(self, once="foreachPartition")
+        rows.foreachPartition(f)
+        self.last_output = rows.last_output
+
+    @property
     def write(self) -> Any:
         from ._writer import LineageWriter
 
@@ -1240,7 +1290,7 @@ class _NaFunctions:
         return self._frame.replace(to_replace, value, subset)
 
 
-def _stable(obj: Any) -> bool:
+def _stable(obj: Any, calls: frozenset[str] | None = None) -> bool:
     """Whether the captured frame `obj` gives the same rows, with the same ids, each time
     its plan runs: a source, then row-at-a-time calls, joins, unions, sorts and
     repartitions, calling Spark's deterministic builtins only (no UDF, `rand`, sample,
@@ -1253,15 +1303,15 @@ def _stable(obj: Any) -> bool:
     recipe = recipe_of(obj)
     if isinstance(recipe, Source):
         return True
-    if not isinstance(recipe, Call) or recipe.method not in _STABLE_CALLS:
+    if not isinstance(recipe, Call) or recipe.method not in (calls or _STABLE_CALLS):
         return False
     args = [*recipe.args, *recipe.kwargs.values()]
     frames = [a for a in args if isinstance(a, LineageDataFrame)]
     others = [a for a in args if not isinstance(a, LineageDataFrame)]
     return (
         type(recipe.receiver) is LineageDataFrame
-        and _stable(recipe.receiver)
-        and all(_stable(f) for f in frames)
+        and _stable(recipe.receiver, calls)
+        and all(_stable(f, calls) for f in frames)
         and deterministic_args(others)
     )
 
@@ -1274,6 +1324,18 @@ def require_stable(frame: Any, what: str) -> None:
             f"{what} over an input that may give other rows when it runs again (a sample, a "
             "limit, a UDF or a nondeterministic function, an aggregate before it, lc.sql) with "
             "lineage capture: Spark computes it apart from the ids; cache() the input first"
+        )
+
+
+def require_ordered(frame: Any, what: str) -> None:
+    """Refuse `what`, which names `frame`'s rows by their positions in its partitions, when
+    `frame` may give them in another order when it runs again (see `_ORDERED_CALLS`)."""
+    if not _stable(frame, _ORDERED_CALLS):
+        raise UnsupportedOperation(
+            f"{what} over a DataFrame whose rows may come in another order when it runs again "
+            "(after a join, an aggregate, a sort, a shuffle, a sample, a limit, a UDF or a "
+            "nondeterministic function, lc.sql) with lineage capture: its rows are named by "
+            "their positions; cache() the DataFrame first"
         )
 
 
@@ -1308,6 +1370,32 @@ _STABLE_CALLS = frozenset(
     }
 )
 
+
+# Calls that keep their input's row order, partition by partition (row at a time, or
+# partitions concatenated or merged as they are).
+_ORDERED_CALLS = frozenset(
+    {
+        "select",
+        "selectExpr",
+        "withColumn",
+        "withColumns",
+        "withColumnRenamed",
+        "withColumnsRenamed",
+        "drop",
+        "toDF",
+        "alias",
+        "filter",
+        "where",
+        "coalesce",
+        "hint",
+        "dropna",
+        "fillna",
+        "replace",
+        "union",
+        "unionAll",
+        "unionByName",
+    }
+)
 
 _GROUPED_SIMPLE = {"sum": F.sum, "avg": F.avg, "mean": F.avg, "min": F.min, "max": F.max}
 

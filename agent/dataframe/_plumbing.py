@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pickle
 import time
+import weakref
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
@@ -38,6 +39,7 @@ class Plumbing:
         self.on_error: str = lc.on_error
         self.writer_spec = lc.writer_spec
         self._planner = lc.planner
+        self._lc = weakref.ref(lc)  # for RDDs made of rows (`df.rdd`): no cycle, see above
         self._repo = lc.repo
         self._sc = lc.sc
         # output capture point -> the LineageDataFrame its action ran on (for replay)
@@ -119,18 +121,42 @@ class Plumbing:
     def action(self, frame: Any, cp: CapturePoint) -> Iterator[None]:
         """Around an action: describe the run and roll over afterwards; the frame's
         `lineage()` is then this action's output."""
-        if self.before_action is not None:
-            self.before_action(frame, cp.component_id)
+        self._prepare(frame, cp.component_id)
         with self._planner.action(cp):
             if not self.released:
                 self.frames_of[cp.number] = frame
-            try:
+            with self._blaming(frame):
                 yield
-            except Exception as error:
-                if self.on_failure is not None:
-                    self.on_failure(error, frame)
-                raise
             frame.last_output = cp
+
+    @contextmanager
+    def around(self, frame: Any, component_id: str) -> Iterator[None]:
+        """What an action of the RDD agent reading `frame`'s rows (`df.rdd`) needs of this
+        agent: the scans planned as for its own actions, failures handed to `on_failure`."""
+        self._prepare(frame, component_id)
+        with self._blaming(frame):
+            yield
+
+    def _prepare(self, frame: Any, component_id: str) -> None:
+        if self.before_action is not None:
+            self.before_action(frame, component_id)
+
+    @contextmanager
+    def _blaming(self, frame: Any) -> Iterator[None]:
+        try:
+            yield
+        except Exception as error:
+            if self.on_failure is not None:
+                self.on_failure(error, frame)
+            raise
+
+    def rows_rdd(self, op: str, rdd: Any, parents: Iterable[int], around: Callable) -> Any:
+        """A captured RDD (the RDD agent's) of `rdd`'s (row, ids) pairs: see
+        `LineageContext.rows_rdd`."""
+        lc = self._lc()
+        if lc is None:
+            raise RuntimeError("the LineageContext of this DataFrame is gone")
+        return lc.rows_rdd(op, rdd, parents, around)
 
     def lineage_of(self, cp: CapturePoint) -> LineageRDD:
         return self._planner.lineage_of(cp)
