@@ -107,6 +107,45 @@ def test_to_pandas(lc, spark, sales):
     assert sorted(back) == sorted(lines[i] for i in range(30))
 
 
+def test_tail_is_empty_to_arrow(lc, spark, sales):
+    path, rows, lines = sales
+    d, v = both(lc, spark, path)
+    q, vq = d.where("amount > 3").orderBy("id"), v.where("amount > 3").orderBy("id")
+    assert q.tail(3) == vq.tail(3)
+    assert sorted(q.lineage().go_back_all().collect()) == sorted(lines[r.id] for r in vq.tail(3))
+    assert q.isEmpty() is False and d.where("id < 0").isEmpty() is True
+    assert len(q.lineage().go_back_all().collect()) == 1  # the one row read
+    # Groups: their ids as arrays; Arrow's table is vanilla's, each row traced to its group.
+    g = d.groupBy("region").agg(F.sum("amount").alias("s")).orderBy("region")
+    vg = v.groupBy("region").agg(F.sum("amount").alias("s")).orderBy("region")
+    table = g.toArrow()
+    assert table.equals(vg.toArrow())
+    north = g.lineage().filter(lambda r: r["region"] == "north").go_back_all().collect()
+    assert sorted(north) == sorted(lines[r[0]] for r in rows if r[1] == "north")
+
+
+def test_random_split_to_with_metadata_register_temp_table(lc, spark, sales):
+    from pyspark.sql.types import DoubleType, LongType, StructField, StructType
+
+    path, _, lines = sales
+    d, v = both(lc, spark, path)
+    parts = d.randomSplit([0.3, 0.7], seed=7)
+    vparts = v.randomSplit([0.3, 0.7], seed=7)
+    for p, vp in zip(parts, vparts):
+        got = p.collect()
+        assert sorted(got) == sorted(vp.collect())
+        assert sorted(p.lineage().go_back_all().collect()) == sorted(lines[r.id] for r in got)
+    schema = StructType([StructField("amount", DoubleType()), StructField("id", LongType())])
+    t, vt = d.to(schema), v.to(schema)
+    assert t.schema == vt.schema and t.collect() == vt.collect()
+    m = d.withMetadata("id", {"note": "key"})
+    assert m.schema["id"].metadata == {"note": "key"}
+    m.where("id = 4").registerTempTable("sales_view")
+    got = lc.sql("SELECT id FROM sales_view")
+    assert got.collect() == [Row(id=4)]
+    assert got.lineage().go_back_all().collect() == [lines[4]]
+
+
 def test_create_dataframe_rows_are_sources(lc, spark):
     data = [("a", 1), ("b", 2), ("a", 3)]
     df = lc.createDataFrame(data, "k STRING, v INT")

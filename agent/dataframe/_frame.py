@@ -215,6 +215,8 @@ def _flat(cols: tuple) -> list:
     "repartitionByRange",
     "coalesce",
     "hint",
+    "withMetadata",
+    "to",
     "dropna",
     "fillna",
     "replace",
@@ -796,6 +798,36 @@ class LineageDataFrame:
     def hint(self, name: str, *parameters: Any) -> LineageDataFrame:
         return self._same_columns(self._df.hint(name, *parameters))
 
+    def withMetadata(self, columnName: str, metadata: dict[str, Any]) -> LineageDataFrame:
+        return self._same_columns(self._df.withMetadata(columnName, metadata))
+
+    def to(self, schema: Any) -> LineageDataFrame:
+        """Spark's `to` (columns matched by name, reordered and cast to `schema`); the
+        hidden columns are kept after them."""
+        from pyspark.sql.types import StructField, StructType
+
+        lin = self._lin
+        if not lin:
+            return self._same_columns(self._df.to(schema))
+        by_name = {f.name: f for f in self._df.schema.fields}
+        hidden = [StructField(n, by_name[n].dataType, by_name[n].nullable) for n in lin.names]
+        df = self._df.to(StructType(list(schema.fields) + hidden))
+        return self._new(df, columns=[f.name for f in schema.fields] + list(lin.names))
+
+    def randomSplit(self, weights: list[float], seed: int | None = None) -> list[Any]:
+        """Spark's split: each part a seeded sample of the rows sorted within their
+        partitions by every orderable column. The hidden columns sort after the visible
+        ones, so a part holds vanilla's visible rows (rows equal in every orderable visible
+        column may trade places); each row's lineage is its own. Replay cannot rebuild the
+        parts."""
+        lin = self._lin
+        if not lin:
+            return [self._same_columns(d) for d in self._df.randomSplit(weights, seed)]
+        visible = [c for c in self._all_columns if not is_hidden(c)]
+        last = self._df.select(*[quoted(c) for c in visible], *lin.names)
+        columns = visible + list(lin.names)
+        return [self._new(d, columns=columns) for d in last.randomSplit(weights, seed)]
+
     def cache(self) -> LineageDataFrame:
         self._lazy = None  # later filters and limits read the cached (eager) rows
         self._cached = True
@@ -1186,6 +1218,10 @@ class LineageDataFrame:
     def createTempView(self, name: str) -> None:
         self._agent.register_view(name, self, replace=False)
 
+    def registerTempTable(self, name: str) -> None:
+        """Deprecated in PySpark for `createOrReplaceTempView`, which it is."""
+        self._agent.register_view(name, self, replace=True)
+
     # -- actions -----------------------------------------------------------------------------
 
     def collect(self) -> list:
@@ -1205,6 +1241,16 @@ class LineageDataFrame:
 
     def count(self) -> int:
         return self._agent.outputs.count(self)
+
+    def tail(self, num: int) -> list:
+        return self._agent.outputs.tail(self, num)
+
+    def isEmpty(self) -> bool:
+        """Whether there is no row (one row is read, and recorded, when there is one)."""
+        return not self._agent.outputs.collect(self.limit(1), action="isEmpty", origin=self)
+
+    def toArrow(self) -> Any:
+        return self._agent.outputs.to_arrow(self)
 
     def show(self, n: int = 20, truncate: bool | int = True, vertical: bool = False) -> None:
         self._agent.outputs.show(self, n, truncate, vertical)
@@ -1359,6 +1405,8 @@ _STABLE_CALLS = frozenset(
         "repartitionByRange",
         "coalesce",
         "hint",
+        "withMetadata",
+        "to",
         "dropna",
         "fillna",
         "replace",
@@ -1388,6 +1436,8 @@ _ORDERED_CALLS = frozenset(
         "where",
         "coalesce",
         "hint",
+        "withMetadata",
+        "to",
         "dropna",
         "fillna",
         "replace",

@@ -32,16 +32,23 @@ if TYPE_CHECKING:
 Parents = tuple[np.ndarray, np.ndarray]  # CSR: each row's parent count, their ids
 
 
-def _fetch(frame: LineageDataFrame) -> tuple[list, Parents]:
-    """Collect `frame`: (rows without hidden columns, each row's parents as CSR)."""
+def _fetch(frame: LineageDataFrame, tail: int | None = None) -> tuple[list, Parents]:
+    """Collect `frame` (`tail`: its last rows only): (rows without hidden columns, each
+    row's parents as CSR)."""
     lin = frame._lin
-    df = frame._df if frame._collected_df is None else frame._collected_df
-    if lin.arrays:
+    df = _every_row(frame)
+    if lin.arrays and tail is None:
         got = _fetch_arrow(df, lin)
         if got is not None:
             return got
-    rows, hidden = _split_rows(frame, joined_arrays(F, df, lin).collect())
+    joined = joined_arrays(F, df, lin)
+    rows, hidden = _split_rows(frame, joined.collect() if tail is None else joined.tail(tail))
     return rows, parents_of(hidden, lin)
+
+
+def _every_row(frame: LineageDataFrame) -> Any:
+    """The DataFrame to run for an action that brings every row (or the last ones) back."""
+    return frame._df if frame._collected_df is None else frame._collected_df
 
 
 # Visible column types whose values come out of Arrow exactly as classic `collect()` gives
@@ -150,6 +157,36 @@ class Outputs:
             return rows, rows, parents
 
         return self._record(frame, origin or frame, action, run)
+
+    def tail(self, frame: LineageDataFrame, num: int) -> list:
+        if not frame._lin:
+            return frame._df.tail(num)
+
+        def run():
+            rows, parents = _fetch(frame, tail=num)
+            return rows, rows, parents
+
+        return self._record(frame, frame, "tail", run)
+
+    def to_arrow(self, frame: LineageDataFrame) -> Any:
+        if not frame._lin:
+            return frame._df.toArrow()
+        lin = frame._lin
+
+        def run():
+            table = _every_row(frame).toArrow()
+            parents = arrow_parents(table, lin)
+            visible = [i for i, n in enumerate(table.column_names) if not is_hidden(n)]
+            out = table.select(visible)
+            fields = out.column_names
+            rows = []
+            for values in zip(*(c.to_pylist() for c in out.columns)):
+                row = Row(*values)
+                row.__fields__ = list(fields)
+                rows.append(row)
+            return out, rows, parents
+
+        return self._record(frame, frame, "toArrow", run)
 
     def count(self, frame: LineageDataFrame) -> int:
         if not frame._lin:
