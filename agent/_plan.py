@@ -48,7 +48,7 @@ class FrameSource:
     """A captured DataFrame's rows (`df.rdd`): `rdd` (a PySpark RDD) yields (row, ids), ids
     being the row's DataFrame lineage; each row becomes a record whose parents are its ids.
     `around(action)`: a context manager the DataFrame agent puts around every action that
-    reads these rows (its scans planned first, its UDF failures blamed)."""
+    reads these rows (its UDF failures blamed)."""
 
     cp: CapturePoint
     rdd: Any

@@ -36,14 +36,19 @@ def main(url: str, work: str) -> None:
 
         o, q = query(lc.read)
         want = query(spark.read)[1].collect()
-        assert q.collect() == want
-        for row in want:
-            back = q.lineage().filter(lambda r, k=row.ckey: r["ckey"] == k).go_back_all()
+
+        def expected(row):
             okeys = {a for a, b, c in orders if c == "F" and b == row.ckey}
             expect = {f"{a},{b},{c}" for a, b, c in orders if a in okeys}
             expect &= {f"{a},{b},{c}" for a, b, c in orders if any(x == a for x, _ in items)}
-            expect |= {f"{a},{b}" for a, b in items if a in okeys}
-            assert set(back.collect()) == expect, row
+            return expect | {f"{a},{b}" for a, b in items if a in okeys}
+
+        # collect, then toLocalIterator (which runs under Spark Connect as vanilla's).
+        for action in (q.collect, lambda: list(q.toLocalIterator())):
+            assert action() == want
+            for row in want:
+                back = q.lineage().filter(lambda r, k=row.ckey: r["ckey"] == k).go_back_all()
+                assert set(back.collect()) == expected(row), row
 
         # A window (Spark Connect spells it differently): each running sum's frame.
         w = Window.partitionBy("ckey").orderBy("okey")

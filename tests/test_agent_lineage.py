@@ -315,6 +315,19 @@ def test_map_partitions_that_stops_early(src, lc, lineage):
         cap.map(stop).mapPartitions(_first_two).collect()
 
 
+def test_to_local_iterator_records_what_it_hands_on(src, lc):
+    cap, van, _ref = src.text()
+    words = cap.flatMap(lambda line: line.split("|")[1].split())
+    got = list(words.toLocalIterator())
+    assert got == van.flatMap(lambda line: line.split("|")[1].split()).collect()
+    lin = words.lineage()
+    assert lin.collect() == got
+    texts = {line_id(x): x for x in van.collect()}
+    for rid, word in list(zip(lin.record_ids.tolist(), got))[:12]:
+        (line,) = LineageRDD(lc.repo, lc.run_id, np.array([rid])).go_back_all().collect()
+        assert word in texts[line_id(line)].split("|")[1].split()
+
+
 def test_take_and_first_trace_to_their_inputs(src, lc):
     cap, van, _ref = src.text()
     words = cap.flatMap(lambda line: line.split("|")[1].split())

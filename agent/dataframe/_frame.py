@@ -1274,16 +1274,9 @@ class LineageDataFrame:
         return json_rdd(self)
 
     def toLocalIterator(self, prefetchPartitions: bool = False) -> Iterator[Any]:
-        """The rows, a partition at a time (see the lineage agent's RDD `toLocalIterator`):
-        each partition's rows are output records once its job completes."""
-        from ._rows import rows_rdd
-
-        if not self._lin:
-            return self._df.toLocalIterator(prefetchPartitions)
-        rows = rows_rdd(self, once="toLocalIterator")
-        out = rows.toLocalIterator(prefetchPartitions)
-        self.last_output = rows.last_output
-        return out
+        """Spark's, a partition at a time; the rows handed on are the action's output
+        (`lineage()` once the iteration ended or was closed)."""
+        return self._agent.outputs.local_iterator(self, prefetchPartitions)
 
     def foreach(self, f: Callable[[Any], Any]) -> None:
         """`f` on every row, on the executors. Each row `f` returned on is an output record
@@ -1385,40 +1378,6 @@ def require_ordered(frame: Any, what: str) -> None:
         )
 
 
-_STABLE_CALLS = frozenset(
-    {
-        "select",
-        "selectExpr",
-        "withColumn",
-        "withColumns",
-        "withColumnRenamed",
-        "withColumnsRenamed",
-        "drop",
-        "toDF",
-        "alias",
-        "filter",
-        "where",
-        "orderBy",
-        "sort",
-        "sortWithinPartitions",
-        "repartition",
-        "repartitionByRange",
-        "coalesce",
-        "hint",
-        "withMetadata",
-        "to",
-        "dropna",
-        "fillna",
-        "replace",
-        "join",
-        "crossJoin",
-        "union",
-        "unionAll",
-        "unionByName",
-    }
-)
-
-
 # Calls that keep their input's row order, partition by partition (row at a time, or
 # partitions concatenated or merged as they are).
 _ORDERED_CALLS = frozenset(
@@ -1446,6 +1405,16 @@ _ORDERED_CALLS = frozenset(
         "unionByName",
     }
 )
+# Calls that give the same rows each time, maybe in another order.
+_STABLE_CALLS = _ORDERED_CALLS | {
+    "orderBy",
+    "sort",
+    "sortWithinPartitions",
+    "repartition",
+    "repartitionByRange",
+    "join",
+    "crossJoin",
+}
 
 _GROUPED_SIMPLE = {"sum": F.sum, "avg": F.avg, "mean": F.avg, "min": F.min, "max": F.max}
 

@@ -5,7 +5,7 @@ are the row's source records."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -122,6 +122,10 @@ def _head(parents: Parents, n: int) -> Parents:
     return counts[:n], ids[: int(counts[:n].sum())]
 
 
+# `toLocalIterator`: rows handed on are journaled in batches of this many.
+_ITERATED = 10_000
+
+
 class Outputs:
     def __init__(self, agent: FrameAgent) -> None:
         self.agent = agent
@@ -187,6 +191,52 @@ class Outputs:
             return out, rows, parents
 
         return self._record(frame, frame, "toArrow", run)
+
+    def local_iterator(self, frame: LineageDataFrame, prefetch: bool) -> Iterator[Any]:
+        """Spark's `toLocalIterator` (a partition at a time; under Spark Connect too); the
+        rows it hands on are the action's output, journaled every `_ITERATED` rows (each
+        batch a partition of the output capture point) and when the iteration ends or the
+        caller stops reading."""
+        if not frame._lin:
+            return frame._df.toLocalIterator(prefetch)
+        return self._iterate(frame, prefetch)
+
+    def _iterate(self, frame: LineageDataFrame, prefetch: bool) -> Iterator[Any]:
+        lin = frame._lin
+        plumbing = self.agent.plumbing
+        cp = plumbing.output_cp("toLocalIterator", sorted(lin.cps), of=frame._name)
+        source = joined_arrays(F, _every_row(frame), lin).toLocalIterator(prefetch)
+        rows: list = []
+        hidden: list[list] = []
+        batches = 0
+
+        def journal() -> None:
+            nonlocal rows, hidden, batches
+            counts, ids = parents_of(hidden, lin)
+            plumbing.journal(
+                cp,
+                len(rows),
+                partition=batches,
+                parent_counts=counts,
+                parent_ids=ids,
+                values=pickled(rows),
+            )
+            rows, hidden, batches = [], [], batches + 1
+
+        with plumbing.action(frame, cp):
+            try:
+                for got in source:
+                    (row,), (ids,) = _split_rows(frame, [got])
+                    rows.append(row)
+                    hidden.append(ids)
+                    yield row
+                    if len(rows) == _ITERATED:
+                        journal()
+            except GeneratorExit:  # the caller stopped reading: what it read is the output
+                pass
+            finally:
+                if rows:
+                    journal()
 
     def count(self, frame: LineageDataFrame) -> int:
         if not frame._lin:

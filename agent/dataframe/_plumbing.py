@@ -132,8 +132,7 @@ class Plumbing:
     @contextmanager
     def around(self, frame: Any, component_id: str) -> Iterator[None]:
         """What an action of the RDD agent reading `frame`'s rows (`df.rdd`) needs of this
-        agent: the scans planned as for its own actions, failures handed to `on_failure`."""
-        self._prepare(frame, component_id)
+        agent: failures handed to `on_failure` (UDF culprits)."""
         with self._blaming(frame):
             yield
 
@@ -157,6 +156,11 @@ class Plumbing:
         if lc is None:
             raise RuntimeError("the LineageContext of this DataFrame is gone")
         return lc.rows_rdd(op, rdd, parents, around)
+
+    def prepare(self, frame: Any, what: str) -> None:
+        """Before Spark plans `frame`'s query for good (`df.rdd` does, once): its scans
+        planned as for an action (see `_reader.ScanPlans`)."""
+        self._prepare(frame, what)
 
     def lineage_of(self, cp: CapturePoint) -> LineageRDD:
         return self._planner.lineage_of(cp)

@@ -55,5 +55,7 @@ def json_rdd(frame: LineageDataFrame) -> Any:
 
 def _captured(op: str, frame: LineageDataFrame, df: Any, split: RowSplitter) -> Any:
     plumbing = frame._agent.plumbing
+    # `df.rdd` plans the query now, the scans' partitions with it: their ids' plan too.
+    plumbing.prepare(frame, op)
     around = partial(plumbing.around, frame)
     return plumbing.rows_rdd(op, df.rdd.map(split), sorted(frame._lin.cps), around)
