@@ -727,7 +727,7 @@ def test_unsupported_operations_raise(lc, data):
     o = tables(lc.read, data)["orders"]
     for call in (
         lambda: o.join(o, "okey").rdd,  # rows in no fixed order: cache() first
-        lambda: o.writeTo("t"),
+        lambda: o.mergeInto("t", F.lit(True)),
         lambda: o.rollup("ckey").pivot("status"),
         lambda: o.join(lc.spark.range(3), "okey"),
     ):

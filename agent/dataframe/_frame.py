@@ -1307,6 +1307,13 @@ class LineageDataFrame:
 
         return LineageWriter(self)
 
+    def writeTo(self, table: str) -> Any:
+        """DataFrameWriterV2 (`append`, `create`, `overwrite`...): the rows written are the
+        action's output records, at `table:<table>`."""
+        from ._writer import LineageWriterV2
+
+        return LineageWriterV2(self, table)
+
     def lineage(self) -> LineageRDD:
         """The output rows of this DataFrame's last action, traceable (`go_back_all()` gives
         the raw source rows)."""

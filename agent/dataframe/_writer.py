@@ -5,6 +5,7 @@ their lineage and the output location; the writer itself is vanilla."""
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .._rdd import UnsupportedOperation
@@ -43,25 +44,8 @@ class LineageWriter:
         return self._chain("partitionBy", *cols)
 
     def _run(self, method: str, target: str, *args: Any, **kwargs: Any) -> None:
-        frame = self._frame
-        agent = frame._agent
-        lin = frame._lin
-        df = frame._df
-        if lin:
-            plumbing = agent.plumbing
-            uri = target if "://" in target or method == "saveAsTable" else _file_uri(target)
-            cp = plumbing.output_cp("write", sorted(lin.cps), of=frame._name)
-            spec = TapSpec(plumbing.run_id, plumbing.writer_spec, cp, lin.longs, lin.arrays, uri)
-            with agent.capture_python(_MODULES):
-                df = df.mapInArrow(WriteTap(spec), frame.schema)
-        writer = df.write
-        for name, a, kw in self._calls:
-            writer = getattr(writer, name)(*a, **kw)
-        if not lin:
-            getattr(writer, method)(*args, **kwargs)
-            return
-        with agent.plumbing.action(frame, cp):
-            getattr(writer, method)(*args, **kwargs)
+        uri = target if "://" in target or target.startswith("table:") else _file_uri(target)
+        _write(self._frame, uri, lambda df: df.write, self._calls, method, args, kwargs)
 
     def save(self, path: str | None = None, format: str | None = None, **kw: Any) -> None:
         if path is None:
@@ -80,13 +64,117 @@ class LineageWriter:
     def text(self, path: str, **kw: Any) -> None:
         self._run("text", path, path, **kw)
 
+    def orc(self, path: str, **kw: Any) -> None:
+        self._run("orc", path, path, **kw)
+
     def saveAsTable(self, name: str, **kw: Any) -> None:
         self._run("saveAsTable", f"table:{name}", name, **kw)
+
+    def insertInto(self, tableName: str, overwrite: bool | None = None) -> None:
+        self._run("insertInto", f"table:{tableName}", tableName, overwrite)
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("_"):
             raise AttributeError(name)
         raise UnsupportedOperation(f"DataFrameWriter.{name} with lineage capture")
+
+
+class LineageWriterV2:
+    """`df.writeTo(table)`: DataFrameWriterV2's shape (Iceberg, Delta and other catalog
+    tables), its rows journaled by the same tap, the output location `table:<name>`."""
+
+    def __init__(self, frame: LineageDataFrame, table: str) -> None:
+        self._frame = frame
+        self._table = table
+        self._calls: list[tuple[str, tuple, dict]] = []
+
+    def _chain(self, name: str, *args: Any, **kwargs: Any) -> LineageWriterV2:
+        self._calls.append((name, args, kwargs))
+        return self
+
+    def using(self, provider: str) -> LineageWriterV2:
+        return self._chain("using", provider)
+
+    def option(self, key: str, value: Any) -> LineageWriterV2:
+        return self._chain("option", key, value)
+
+    def options(self, **options: Any) -> LineageWriterV2:
+        return self._chain("options", **options)
+
+    def tableProperty(self, property: str, value: str) -> LineageWriterV2:
+        return self._chain("tableProperty", property, value)
+
+    def partitionedBy(self, col: Any, *cols: Any) -> LineageWriterV2:
+        return self._chain("partitionedBy", col, *cols)
+
+    def clusterBy(self, col: str, *cols: str) -> LineageWriterV2:
+        return self._chain("clusterBy", col, *cols)
+
+    def _run(self, method: str, *args: Any) -> None:
+        table = self._table
+        _write(
+            self._frame,
+            f"table:{table}",
+            lambda df: df.writeTo(table),
+            self._calls,
+            method,
+            args,
+            {},
+        )
+
+    def create(self) -> None:
+        self._run("create")
+
+    def replace(self) -> None:
+        self._run("replace")
+
+    def createOrReplace(self) -> None:
+        self._run("createOrReplace")
+
+    def append(self) -> None:
+        self._run("append")
+
+    def overwrite(self, condition: Any) -> None:
+        self._run("overwrite", condition)
+
+    def overwritePartitions(self) -> None:
+        self._run("overwritePartitions")
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        raise UnsupportedOperation(f"DataFrameWriterV2.{name} with lineage capture")
+
+
+def _write(
+    frame: LineageDataFrame,
+    uri: str,
+    writer_of: Callable[[Any], Any],
+    calls: list[tuple[str, tuple, dict]],
+    method: str,
+    args: tuple,
+    kwargs: dict[str, Any],
+) -> None:
+    """Write `frame`'s rows through `writer_of(df)` with `calls` chained, then `method`;
+    captured, the rows pass the tap first, which journals them as the write's output
+    records (SEND, at `uri`), and the write is an action."""
+    agent = frame._agent
+    lin = frame._lin
+    df = frame._df
+    if lin:
+        plumbing = agent.plumbing
+        cp = plumbing.output_cp("write", sorted(lin.cps), of=frame._name)
+        spec = TapSpec(plumbing.run_id, plumbing.writer_spec, cp, lin.longs, lin.arrays, uri)
+        with agent.capture_python(_MODULES):
+            df = df.mapInArrow(WriteTap(spec), frame.schema)
+    writer = writer_of(df)
+    for name, a, kw in calls:
+        writer = getattr(writer, name)(*a, **kw)
+    if not lin:
+        getattr(writer, method)(*args, **kwargs)
+        return
+    with agent.plumbing.action(frame, cp):
+        getattr(writer, method)(*args, **kwargs)
 
 
 def _file_uri(path: str) -> str:
