@@ -9,7 +9,10 @@ the run's `SparkCompiler`, and registers its output with the run's `Planner`.
 from __future__ import annotations
 
 import copy
+import functools
+import operator
 import os
+from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -60,10 +63,22 @@ SUPPORTED = (
     "distinct",
     "sortByKey",
     "sortBy",
+    "groupBy",
+    "sample",
     "collect",
     "take",
     "count",
     "first",
+    "reduce",
+    "fold",
+    "aggregate",
+    "sum",
+    "max",
+    "min",
+    "stats",
+    "mean",
+    "countByValue",
+    "countByKey",
     "toLocalIterator",
     "foreach",
     "foreachPartition",
@@ -333,6 +348,24 @@ class CapturedRDD:
     ) -> CapturedRDD:
         return self.keyBy(keyfunc).sortByKey(ascending, numPartitions).values()
 
+    def groupBy(
+        self, f: Callable, numPartitions: int | None = None, partitionFunc: Callable = portable_hash
+    ) -> CapturedRDD:
+        """PySpark's: `keyBy(f).groupByKey(...)`."""
+        return self.keyBy(f).groupByKey(numPartitions, partitionFunc)
+
+    def sample(
+        self, withReplacement: bool, fraction: float, seed: int | None = None
+    ) -> CapturedRDD:
+        """PySpark's sampler over each partition (the same rows for the same seed); each
+        sampled record derives from itself (the sampler streams)."""
+        from pyspark.rddsampler import RDDSampler
+
+        if not fraction >= 0.0:
+            raise ValueError(f"Fraction must be nonnegative, got {fraction}")
+        sampler = RDDSampler(withReplacement, fraction, seed)
+        return self.mapPartitionsWithIndex(sampler.func, lineage="record")
+
     # -- actions -----------------------------------------------------------------------------
 
     def _run_output(
@@ -400,6 +433,65 @@ class CapturedRDD:
                 start = i + 1
         if start < len(got):  # not capturing: no markers
             items.extend(got[start : start + max(0, num - len(items))])
+
+    # Reductions to one value, as PySpark computes them: one partial value per partition
+    # (a partition-lineage mapPartitions, so each partial derives from its partition's
+    # records), collected as the action's output, then combined in the driver. `lineage()`
+    # gives the partials.
+
+    def reduce(self, f: Callable[[Any, Any], Any]) -> Any:
+        partials = self._partials(partial(_reduced, f))
+        if not partials:
+            raise ValueError("Can not reduce() empty RDD")
+        return functools.reduce(f, partials)
+
+    def fold(self, zeroValue: Any, op: Callable[[Any, Any], Any]) -> Any:
+        partials = self._partials(partial(_folded, zeroValue, op))
+        return functools.reduce(op, partials, zeroValue)
+
+    def aggregate(
+        self, zeroValue: Any, seqOp: Callable[[Any, Any], Any], combOp: Callable[[Any, Any], Any]
+    ) -> Any:
+        partials = self._partials(partial(_folded, zeroValue, seqOp))
+        return functools.reduce(combOp, partials, zeroValue)
+
+    def sum(self) -> Any:
+        return self.fold(0, operator.add)
+
+    def max(self, key: Callable | None = None) -> Any:
+        return self.reduce(max if key is None else partial(_max_by, key))
+
+    def min(self, key: Callable | None = None) -> Any:
+        return self.reduce(min if key is None else partial(_min_by, key))
+
+    def stats(self) -> Any:
+        from pyspark.statcounter import StatCounter
+
+        return self.aggregate(StatCounter(), StatCounter.merge, StatCounter.mergeStats)
+
+    def mean(self) -> float:
+        return self.stats().mean()
+
+    def countByValue(self) -> dict[Any, int]:
+        """Each distinct value's count, from a `reduceByKey` whose output records (value,
+        count) are the action's: `lineage()` traces a value's count to its records."""
+        counts: defaultdict[Any, int] = defaultdict(int)
+        counted = self.map(_with_one).reduceByKey(operator.add)
+        counts.update(counted.collect())
+        self.last_output = counted.last_output
+        return counts
+
+    def countByKey(self) -> dict[Any, int]:
+        keys = self.keys()
+        counts = keys.countByValue()
+        self.last_output = keys.last_output
+        return counts
+
+    def _partials(self, per_partition: Callable[[Iterable[Any]], Any]) -> list:
+        partials = self.mapPartitions(per_partition)
+        out = partials.collect()
+        self.last_output = partials.last_output
+        return out
 
     def toLocalIterator(self, prefetchPartitions: bool = False) -> Iterator[Any]:
         """The records, a partition at a time (one job per partition, run as the iterator
@@ -520,6 +612,29 @@ def _first(x, _):
 
 def _key(kv):
     return kv[0]
+
+
+def _reduced(f: Callable[[Any, Any], Any], iterator: Iterable[Any]) -> list:
+    it = iter(iterator)
+    for first in it:
+        return [functools.reduce(f, it, first)]
+    return []
+
+
+def _folded(zero: Any, op: Callable[[Any, Any], Any], iterator: Iterable[Any]) -> list:
+    return [functools.reduce(op, iterator, copy.deepcopy(zero))]
+
+
+def _max_by(key: Callable, a: Any, b: Any) -> Any:
+    return max(a, b, key=key)
+
+
+def _min_by(key: Callable, a: Any, b: Any) -> Any:
+    return min(a, b, key=key)
+
+
+def _with_one(x: Any) -> tuple[Any, int]:
+    return (x, 1)
 
 
 def _called(f: Callable[[Any], Any], x: Any) -> None:

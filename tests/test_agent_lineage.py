@@ -328,6 +328,68 @@ def test_to_local_iterator_records_what_it_hands_on(src, lc):
         assert word in texts[line_id(line)].split("|")[1].split()
 
 
+def _third(r):
+    return r.map(lambda x: x[2])
+
+
+# (the RDD reduced, the reduction)
+REDUCTIONS: dict[str, tuple[Callable, Callable]] = {
+    "reduce": (_third, lambda r: r.reduce(operator.add)),
+    "fold": (_third, lambda r: r.fold(0, operator.add)),
+    "aggregate": (
+        lambda r: r,
+        lambda r: r.aggregate(
+            (0, 0), lambda a, x: (a[0] + x[2], a[1] + 1), lambda a, b: (a[0] + b[0], a[1] + b[1])
+        ),
+    ),
+    "sum": (_third, lambda r: r.sum()),
+    "max": (lambda r: r, lambda r: r.max(key=lambda x: x[2] % 7)),
+    "min": (_third, lambda r: r.min()),
+    "mean": (_third, lambda r: r.mean()),
+    "stats": (_third, lambda r: str(r.stats())),
+}
+
+
+@pytest.mark.parametrize("op", list(REDUCTIONS))
+def test_reductions_record_one_partial_per_partition(src, lc, op):
+    # Vanilla's value; lineage() gives each partition's partial, made from its records.
+    cap, van, _ref = src.table(PAIRS)
+    prepare, reduction = REDUCTIONS[op]
+    reduced = prepare(cap)
+    assert reduction(reduced) == reduction(prepare(van))
+    lin = reduced.lineage()
+    parts = [p for p in van.glom().collect() if p]
+    assert len(lin.record_ids) == len(parts)
+    for rid, part in zip(lin.record_ids.tolist(), parts):
+        back = LineageRDD(lc.repo, lc.run_id, np.array([rid])).go_back_all().collect()
+        assert sorted(back) == sorted(part)
+
+
+def test_count_by_value_and_key_group_by_sample(src, lc):
+    cap, van, _ref = src.table(PAIRS)
+    keyed = cap.map(lambda x: (x[1], x[2]))
+    assert keyed.countByKey() == van.map(lambda x: (x[1], x[2])).countByKey()
+    lin = keyed.lineage()
+    for k, _count in lin.collect():
+        back = lin.filter(lambda kv, k=k: kv[0] == k).go_back_all().collect()
+        assert sorted(back) == sorted(x for x in PAIRS if x[1] == k)
+    by = cap.groupBy(lambda x: x[2] % 3)
+    got = sorted((k, sorted(v)) for k, v in by.collect())
+    assert got == sorted((k, sorted(v)) for k, v in van.groupBy(lambda x: x[2] % 3).collect())
+    glin = by.lineage()
+    for rid, (k, _v) in zip(glin.record_ids.tolist(), glin.collect()):
+        back = LineageRDD(lc.repo, lc.run_id, np.array([rid])).go_back_all().collect()
+        assert sorted(back) == sorted(x for x in PAIRS if x[2] % 3 == k)
+    for replace in (False, True):
+        sampled = cap.sample(replace, 0.5, seed=3)
+        kept = sampled.collect()
+        assert kept == van.sample(replace, 0.5, seed=3).collect()
+        slin = sampled.lineage()
+        for rid, x in zip(slin.record_ids.tolist(), kept):
+            back = LineageRDD(lc.repo, lc.run_id, np.array([rid])).go_back_all().collect()
+            assert back == [x]
+
+
 def test_take_and_first_trace_to_their_inputs(src, lc):
     cap, van, _ref = src.text()
     words = cap.flatMap(lambda line: line.split("|")[1].split())
