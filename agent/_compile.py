@@ -131,12 +131,21 @@ class SparkCompiler:
                 result = (ParallelInput(s.cp), s.rdd)
         elif isinstance(s, UnionStart):
             branches = [self.build(p, ForwardSink(), replay=replay) for p in start.parents]
-            result = (UnionInput(), self.sc.union(branches))
+            rdd = branches[0] if len(branches) == 1 else self.sc.union(branches)
+            if s.storage is not None and replay is None:  # a replay reads its own records
+                rdd = rdd.persist(s.storage)
+            result = (UnionInput(), rdd)
         else:
             result = self._shuffle_input(start, s, replay, by_partition)
         if replay is None:
             self._inputs[start] = result
         return result
+
+    def unpersist(self, node: PlanNode, blocking: bool = False) -> None:
+        """Drop what Spark keeps of the persisted node `node` (if it was computed)."""
+        built = self._inputs.pop(node, None)
+        if built is not None:
+            built[1].unpersist(blocking)
 
     def _shuffle_input(
         self,

@@ -90,7 +90,11 @@ class SortShuffle:
 
 @dataclass(frozen=True)
 class UnionStart:
-    """The node's parents' records, concatenated; ids pass through (no capture point)."""
+    """The node's parents' records, concatenated; ids pass through (no capture point).
+    `storage`: a persisted RDD (`cache()`), one parent whose records, with their ids, Spark
+    keeps at this storage level."""
+
+    storage: Any = None
 
 
 SourceStart = TextSource | ParallelSource | FrameSource

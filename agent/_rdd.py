@@ -64,6 +64,9 @@ SUPPORTED = (
     "sortByKey",
     "sortBy",
     "groupBy",
+    "cache",
+    "persist",
+    "unpersist",
     "sample",
     "collect",
     "take",
@@ -102,6 +105,8 @@ class CapturedRDD:
         self.node = node  # this RDD's place in the typed capture plan
         self._compiler = compiler
         self.last_output: CapturePoint | None = None
+        self.is_cached = False
+        self._persisted: PlanNode | None = None  # the node before persist()
 
     @property
     def name(self) -> str:
@@ -327,6 +332,35 @@ class CapturedRDD:
         n = self.node.num_partitions + other.node.num_partitions
         name = self.lc.planner.node_name("union")
         return self._derive(PlanNode("union", name, n, (self.node, other.node), start=UnionStart()))
+
+    def persist(self, storageLevel: Any = None) -> CapturedRDD:
+        """PySpark's (this RDD, kept at `storageLevel`, MEMORY_ONLY by default): Spark keeps
+        its records with their ids, so later actions read them, not their sources, and
+        their lineage is the first action's."""
+        from pyspark import StorageLevel
+
+        level = storageLevel if storageLevel is not None else StorageLevel.MEMORY_ONLY
+        if self._persisted is not None:
+            start = self.node.segment_start()
+            if isinstance(start, UnionStart) and start.storage == level:
+                return self
+            raise ValueError("cannot change the storage level of an RDD already persisted")
+        name = self.lc.planner.node_name("persist")
+        n = self.node.num_partitions
+        self._persisted = self.node
+        self.node = PlanNode("union", name, n, (self.node,), start=UnionStart(storage=level))
+        self.is_cached = True
+        return self
+
+    def cache(self) -> CapturedRDD:
+        return self.persist()
+
+    def unpersist(self, blocking: bool = False) -> CapturedRDD:
+        if self._persisted is not None:
+            self._compiler.unpersist(self.node, blocking)
+            self.node, self._persisted = self._persisted, None
+        self.is_cached = False
+        return self
 
     def sortByKey(
         self,

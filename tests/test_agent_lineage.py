@@ -390,6 +390,36 @@ def test_count_by_value_and_key_group_by_sample(src, lc):
             assert back == [x]
 
 
+def test_cache_keeps_records_and_their_lineage(src, lc):
+    # The second action reads the cached records (the map runs once per record), and its
+    # outputs trace back as the first's; unpersist() computes them again.
+    cap, van, _ref = src.text()
+    calls = lc.sc.accumulator(0)
+
+    def words(line):
+        calls.add(1)
+        return line.split("|")[1].split()
+
+    cached = cap.flatMap(words)
+    assert cached.cache() is cached and cached.is_cached
+    first = cached.map(lambda w: (w, 1)).reduceByKey(operator.add).collect()
+    n = calls.value
+    assert n == len(van.collect())
+    counts = cached.map(lambda w: (w, 1)).reduceByKey(operator.add)
+    assert sorted(counts.collect()) == sorted(first)
+    assert calls.value == n  # read from the cache
+    expected = van.flatMap(lambda line: line.split("|")[1].split()).collect()
+    for w, c in counts.collect():
+        back = counts.lineage().filter(lambda kv, w=w: kv[0] == w).go_back_all().collect()
+        assert sum(line.split("|")[1].split().count(w) for line in back) == c
+        assert all(w in line.split("|")[1].split() for line in back)
+    assert expected.count("alpha") == dict(first)["alpha"]
+    cached.unpersist()
+    assert not cached.is_cached
+    assert sorted(cached.collect()) == sorted(expected)
+    assert calls.value == 2 * n
+
+
 def test_take_and_first_trace_to_their_inputs(src, lc):
     cap, van, _ref = src.text()
     words = cap.flatMap(lambda line: line.split("|")[1].split())
