@@ -205,17 +205,24 @@ def parallel_input(
 
 
 def frame_input(state: InputState, iterator, count: Callable[[], int]) -> Iterator:
-    """A captured DataFrame's rows, arriving as (row, ids): named by position, each a record
-    whose parents are its ids (deduplicated, ascending), left in `state.merge` as CSR."""
+    """A captured DataFrame's rows, arriving as (row, ids), ids one id (None: none) or a
+    list: named by position, each a record whose parents are its ids (deduplicated,
+    ascending), left in `state.merge` as CSR."""
     bounds_append = state.bounds.append
     per, parents = array("i"), array("q")
-    per_append, parents_extend = per.append, parents.extend
+    per_append, parents_append, parents_extend = per.append, parents.append, parents.extend
     state.merge = (0, "csr", per, parents)  # as they are pulled (a mapPartitions may stop)
     for row, ids in iterator:
-        if len(ids) > 1:
-            ids = sorted(set(ids))
-        per_append(len(ids))
-        parents_extend(ids)
+        if type(ids) is int:
+            per_append(1)
+            parents_append(ids)
+        elif ids is None:
+            per_append(0)
+        else:
+            if len(ids) > 1:
+                ids = sorted(set(ids))
+            per_append(len(ids))
+            parents_extend(ids)
         state.current = row
         bounds_append(count())
         yield row

@@ -134,6 +134,17 @@ def test_to_json_is_vanillas_and_traces(lc, spark, data):
     )
 
 
+def test_to_json_as_a_dataframe_under_sparks_setting(lc, spark, data):
+    spark.conf.set("spark.sql.pyspark.toJSON.returnDataFrame", "true")
+    try:
+        t, v = tables(lc.read, data), tables(spark.read, data)
+        js = t["orders"].where("okey < 3").toJSON()
+        assert js.collect() == v["orders"].where("okey < 3").toJSON().collect()
+        assert sorted(js.lineage().go_back_all().collect()) == sorted(data.lines["orders"][:3])
+    finally:
+        spark.conf.unset("spark.sql.pyspark.toJSON.returnDataFrame")
+
+
 def test_to_json_types_as_vanilla(lc, spark):
     # Spark's writer, as vanilla's: nulls left out, dates, timestamps, decimals, nested.
     rows = [

@@ -18,9 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import functions as F
 
-from ._columns import all_ids, fresh, is_hidden
-from ._frame import require_ordered
-from ._rowsrun import RowSplitter
+from ._columns import Lineage, all_ids, is_hidden
+from ._frame import quoted, require_ordered
 
 if TYPE_CHECKING:
     from ._frame import LineageDataFrame
@@ -34,10 +33,10 @@ def rows_rdd(frame: LineageDataFrame, once: str | None = None) -> Any:
         return frame._df.rdd
     if once is None:
         require_ordered(frame, "DataFrame.rdd")
-    ids = fresh()
-    df = frame._df.withColumn(ids, all_ids(F, lin)).drop(*lin.names)
-    fields = [f.name for f in df.schema.fields if not is_hidden(f.name)]
-    return _captured(once or "rdd", frame, df, RowSplitter(fields))
+    # Each row arrives as (the visible columns as a struct, its ids): Spark's own Row of
+    # the struct is vanilla's row, so no Python code rebuilds it.
+    visible = [quoted(n) for n in frame._all_columns if not is_hidden(n)]
+    return _captured(once or "rdd", frame, F.struct(*visible))
 
 
 def json_rdd(frame: LineageDataFrame) -> Any:
@@ -46,16 +45,30 @@ def json_rdd(frame: LineageDataFrame) -> Any:
     lin = frame._lin
     if not lin:
         return frame._df.toJSON()
+    visible = [quoted(n) for n in frame._all_columns if not is_hidden(n)]
+    json = F.to_json(F.struct(*visible))
+    spark = frame._df.sparkSession
+    if str(spark.conf.get(_TO_JSON_FRAME, "false")).lower() == "true":
+        return frame.select(json.alias("value"))  # as vanilla's under this setting
     require_ordered(frame, "DataFrame.toJSON")
-    visible = [frame._df[n] for n in frame._all_columns if not is_hidden(n)]
-    ids = fresh()
-    df = frame._df.select(F.to_json(F.struct(*visible)).alias("value"), all_ids(F, lin).alias(ids))
-    return _captured("toJSON", frame, df, RowSplitter(None))
+    return _captured("toJSON", frame, json)
 
 
-def _captured(op: str, frame: LineageDataFrame, df: Any, split: RowSplitter) -> Any:
+# Spark 4's setting under which PySpark's toJSON returns a DataFrame of one "value" column.
+_TO_JSON_FRAME = "spark.sql.pyspark.toJSON.returnDataFrame"
+
+
+def _ids(lin: Lineage) -> Any:
+    """A row's ids as one value: its long (None: no parent) when it has one, else an array."""
+    if len(lin.longs) == 1 and not lin.arrays:
+        return F.col(lin.longs[0])
+    return all_ids(F, lin)
+
+
+def _captured(op: str, frame: LineageDataFrame, value: Any) -> Any:
     plumbing = frame._agent.plumbing
+    df = frame._df.select(value.alias("value"), _ids(frame._lin).alias("ids"))
     # `df.rdd` plans the query now, the scans' partitions with it: their ids' plan too.
     plumbing.prepare(frame, op)
     around = partial(plumbing.around, frame)
-    return plumbing.rows_rdd(op, df.rdd.map(split), sorted(frame._lin.cps), around)
+    return plumbing.rows_rdd(op, df.rdd, sorted(frame._lin.cps), around)
