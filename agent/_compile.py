@@ -118,7 +118,7 @@ class SparkCompiler:
         if isinstance(s, FrameSource):
             if replay is not None:  # refused before any replay is planned (`_replay`)
                 raise RuntimeError("a replay cannot read a DataFrame's rows")
-            result = (FrameInput(s.cp), s.rdd)
+            result = (FrameInput(s.cp, s.fields), s.rdd)
         elif isinstance(s, TextSource | ParallelSource):
             if replay is not None and s.cp.number in replay.sources:
                 # Only the partitions holding traced records run, each tagged with its number.

@@ -238,15 +238,23 @@ class LineageContext:
         return self._source(PlanNode("source", node, n, start=ParallelSource(cp, rdd)))
 
     def rows_rdd(
-        self, op: str, rdd: Any, parents: Iterable[int], around: Callable[[str], Any]
+        self,
+        op: str,
+        rdd: Any,
+        parents: Iterable[int],
+        around: Callable[[str], Any],
+        fields: list[str] | None,
     ) -> CapturedRDD:
-        """An RDD of rows whose lineage is known: `rdd` (a PySpark RDD) yields (row, ids), ids
-        being records of capture points `parents` (a captured DataFrame's `rdd`). Each row is
-        a record named by position whose parents are its ids; `around` as `FrameSource`."""
+        """An RDD of rows whose lineage is known: `rdd` (a PySpark RDD of a DataFrame's Rows)
+        yields rows whose last field holds their ids, records of capture points `parents`
+        (a captured DataFrame's `rdd`). Each row, as a Row of `fields` (None: its first
+        value), is a record named by position whose parents are its ids; `around` as
+        `FrameSource`."""
         n = rdd.getNumPartitions()
         node = self.planner.node_name(op)
         cp = self.planner.capture_point(node, op, "JOIN", sorted(parents), "shuffle", n)
-        return self._source(PlanNode("source", node, n, start=FrameSource(cp, rdd, around)))
+        start = FrameSource(cp, rdd, around, fields)
+        return self._source(PlanNode("source", node, n, start=start))
 
     def _source(self, node: PlanNode) -> CapturedRDD:
         return CapturedRDD(self, node, self._compiler)

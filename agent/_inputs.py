@@ -204,15 +204,29 @@ def parallel_input(
     state.exhausted = True
 
 
-def frame_input(state: InputState, iterator, count: Callable[[], int]) -> Iterator:
-    """A captured DataFrame's rows, arriving as (row, ids), ids one id (None: none) or a
-    list: named by position, each a record whose parents are its ids (deduplicated,
-    ascending), left in `state.merge` as CSR."""
+def frame_input(
+    state: InputState, iterator, count: Callable[[], int], fields: list[str] | None
+) -> Iterator:
+    """A captured DataFrame's Rows, their ids as their last field (one id, None: none, or a
+    list): named by position, each a record whose parents are its ids (deduplicated,
+    ascending), left in `state.merge` as CSR. Each is handed on as a Row of `fields`, the
+    Row PySpark makes (its class and `__fields__`, built without Row's Python-level
+    constructor and setter), or as its first value (None)."""
+    from pyspark.sql import Row
+
     bounds_append = state.bounds.append
     per, parents = array("i"), array("q")
     per_append, parents_append, parents_extend = per.append, parents.append, parents.extend
     state.merge = (0, "csr", per, parents)  # as they are pulled (a mapPartitions may stop)
-    for row, ids in iterator:
+    new = tuple.__new__
+    for got in iterator:
+        t = tuple(got)
+        ids = t[-1]
+        if fields is None:
+            row = t[0]
+        else:
+            row = new(Row, t[:-1])
+            row.__dict__["__fields__"] = fields
         if type(ids) is int:
             per_append(1)
             parents_append(ids)

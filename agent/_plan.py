@@ -45,14 +45,16 @@ class ParallelSource:
 
 @dataclass(frozen=True)
 class FrameSource:
-    """A captured DataFrame's rows (`df.rdd`): `rdd` (a PySpark RDD) yields (row, ids), ids
-    being the row's DataFrame lineage; each row becomes a record whose parents are its ids.
+    """A captured DataFrame's rows (`df.rdd`): `rdd` (a PySpark RDD) yields Rows whose last
+    field holds the row's DataFrame lineage (one id, None, or a list); each row becomes a
+    record whose parents are its ids, handed on as a Row of `fields` (None: its first value).
     `around(action)`: a context manager the DataFrame agent puts around every action that
     reads these rows (its UDF failures blamed)."""
 
     cp: CapturePoint
     rdd: Any
     around: Callable[[str], AbstractContextManager[Any]]
+    fields: list[str] | None
 
 
 @dataclass(frozen=True)

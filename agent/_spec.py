@@ -51,9 +51,11 @@ class ParallelInput:
 
 @dataclass(frozen=True)
 class FrameInput:
-    """A captured DataFrame's rows, arriving as (row, its lineage ids)."""
+    """A captured DataFrame's rows, their lineage ids as their last field; handed on as Rows
+    of `fields` (None: their first value)."""
 
     cp: CapturePoint
+    fields: list[str] | None
 
 
 @dataclass(frozen=True)

@@ -346,7 +346,7 @@ def _make_input(
     if isinstance(inp, ParallelInput):
         return inputs.parallel_input(state, iterator, count, capture, drop)
     if isinstance(inp, FrameInput):
-        return inputs.frame_input(state, iterator, count)
+        return inputs.frame_input(state, iterator, count, inp.fields)
     if isinstance(inp, UnionInput):
         return inputs.union_input(state, iterator, count)
     if isinstance(inp, ReplayInput):  # each partition: one list of (value, original id)

@@ -149,13 +149,19 @@ class Plumbing:
                 self.on_failure(error, frame)
             raise
 
-    def rows_rdd(self, op: str, rdd: Any, parents: Iterable[int], around: Callable) -> Any:
-        """A captured RDD (the RDD agent's) of `rdd`'s (row, ids) pairs: see
-        `LineageContext.rows_rdd`."""
+    def rows_rdd(
+        self,
+        op: str,
+        rdd: Any,
+        parents: Iterable[int],
+        around: Callable,
+        fields: list[str] | None,
+    ) -> Any:
+        """A captured RDD (the RDD agent's) of `rdd`'s rows: see `LineageContext.rows_rdd`."""
         lc = self._lc()
         if lc is None:
             raise RuntimeError("the LineageContext of this DataFrame is gone")
-        return lc.rows_rdd(op, rdd, parents, around)
+        return lc.rows_rdd(op, rdd, parents, around, fields)
 
     def prepare(self, frame: Any, what: str) -> None:
         """Before Spark plans `frame`'s query for good (`df.rdd` does, once): its scans
