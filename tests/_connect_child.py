@@ -11,7 +11,7 @@ def main(url: str, work: str) -> None:
     from pyspark.sql import Observation, SparkSession, Window
     from pyspark.sql import functions as F
 
-    from agent import LineageContext, LineageRDD
+    from agent import LineageContext, LineageRDD, UnsupportedOperation
     from repository import ProvenanceRepository, RepositoryConfig
 
     spark = SparkSession.builder.remote(url).getOrCreate()
@@ -49,6 +49,24 @@ def main(url: str, work: str) -> None:
             for row in want:
                 back = q.lineage().filter(lambda r, k=row.ckey: r["ckey"] == k).go_back_all()
                 assert set(back.collect()) == expected(row), row
+
+        # toJSON is a DataFrame under Spark Connect, as vanilla's; the RDD agent is not there.
+        js = o.where(F.col("okey") < 3).toJSON()
+        assert (
+            js.collect()
+            == spark.read.csv(o_csv, header=True, schema="okey INT, ckey INT, status STRING")
+            .where(F.col("okey") < 3)
+            .toJSON()
+            .collect()
+        )
+        assert len(js.lineage().go_back_all().collect()) == 3
+        for refused in (lambda: o.rdd, lambda: o.foreach(print)):
+            try:
+                refused()
+            except UnsupportedOperation as e:
+                assert "Spark Connect" in str(e), e
+            else:
+                raise AssertionError("df.rdd / foreach ran under Spark Connect")
 
         # A window (Spark Connect spells it differently): each running sum's frame.
         w = Window.partitionBy("ckey").orderBy("okey")

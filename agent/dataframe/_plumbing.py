@@ -52,6 +52,11 @@ class Plumbing:
         # Set once the context is gone: no replay can ask for an action's frame any more.
         self.released = False
 
+    @property
+    def classic(self) -> bool:
+        """Whether the session is classic PySpark (a SparkContext here), not Spark Connect."""
+        return self._sc is not None
+
     def release(self) -> None:
         """Forget the frames kept for replay (the context is gone)."""
         self.released = True

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import functions as F
 
+from .._rdd import UnsupportedOperation
 from ._columns import Lineage, all_ids, fresh, is_hidden
 from ._frame import quoted, require_ordered
 
@@ -48,13 +49,16 @@ def json_rdd(frame: LineageDataFrame) -> Any:
     visible = [quoted(n) for n in frame._all_columns if not is_hidden(n)]
     json = F.to_json(F.struct(*visible))
     spark = frame._df.sparkSession
-    if str(spark.conf.get(_TO_JSON_FRAME, "false")).lower() == "true":
-        return frame.select(json.alias("value"))  # as vanilla's under this setting
+    if not frame._agent.plumbing.classic or (
+        str(spark.conf.get(_TO_JSON_FRAME, "false")).lower() == "true"
+    ):
+        return frame.select(json.alias("value"))  # as vanilla's (Spark Connect's always)
     require_ordered(frame, "DataFrame.toJSON")
     return _captured("toJSON", frame, [json.alias("value")], None)
 
 
-# Spark 4's setting under which PySpark's toJSON returns a DataFrame of one "value" column.
+# Spark 4's setting under which classic PySpark's toJSON returns a DataFrame of one "value"
+# column (Spark Connect's always does).
 _TO_JSON_FRAME = "spark.sql.pyspark.toJSON.returnDataFrame"
 
 
@@ -69,6 +73,11 @@ def _captured(op: str, frame: LineageDataFrame, cols: list, fields: list[str] | 
     """The RDD agent's RDD of `frame`'s rows: `cols` then the ids, each row handed on as a
     Row of `fields` (None: its one value, `toJSON`'s string)."""
     plumbing = frame._agent.plumbing
+    if not plumbing.classic:
+        raise UnsupportedOperation(
+            f"DataFrame.{op} under Spark Connect with lineage capture: the lineage agent's "
+            "RDDs need a classic SparkContext"
+        )
     df = frame._df.select(*cols, _ids(frame._lin).alias(fresh()))
     # `df.rdd` plans the query now, the scans' partitions with it: their ids' plan too.
     plumbing.prepare(frame, op)
