@@ -484,8 +484,8 @@ def test_save_as_text_file_locates_every_output(src, lc, tmp_path):
 
 def test_uncovered_operation_fails_loud(src):
     cap, _, _ = src.text()
-    with pytest.raises(UnsupportedOperation, match=r"RDD\.reduce\(\)"):
-        cap.reduce(operator.add)
+    with pytest.raises(UnsupportedOperation, match=r"RDD\.zipWithIndex\(\)"):
+        cap.zipWithIndex()
     with pytest.raises(UnsupportedOperation, match="cartesian"):
         cap.cartesian(cap)
 
