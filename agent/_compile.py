@@ -132,6 +132,8 @@ class SparkCompiler:
         elif isinstance(s, UnionStart):
             branches = [self.build(p, ForwardSink(), replay=replay) for p in start.parents]
             rdd = branches[0] if len(branches) == 1 else self.sc.union(branches)
+            if s.coalesce is not None:  # (value, id) pairs dealt as the values alone would be
+                rdd = rdd.coalesce(*s.coalesce)
             if s.storage is not None and replay is None:  # a replay reads its own records
                 rdd = rdd.persist(s.storage)
             result = (UnionInput(), rdd)

@@ -93,10 +93,13 @@ class SortShuffle:
 @dataclass(frozen=True)
 class UnionStart:
     """The node's parents' records, concatenated; ids pass through (no capture point).
-    `storage`: a persisted RDD (`cache()`), one parent whose records, with their ids, Spark
-    keeps at this storage level."""
+    With one parent: `storage`, a persisted RDD (`cache()`) whose records, with their ids,
+    Spark keeps at this storage level; `coalesce`, (partitions, shuffle): the records, with
+    their ids, dealt into other partitions as PySpark's `coalesce` / `repartition` deals
+    them."""
 
     storage: Any = None
+    coalesce: tuple[int, bool] | None = None
 
 
 SourceStart = TextSource | ParallelSource | FrameSource

@@ -21,6 +21,7 @@ from pyspark.rdd import RDD, portable_hash
 from pyspark.resultiterable import ResultIterable
 
 from ._deferred import defer_plan
+from ._interpreter import capture_python
 from ._plan import (
     AggregateShuffle,
     Captures,
@@ -64,6 +65,9 @@ SUPPORTED = (
     "sortByKey",
     "sortBy",
     "groupBy",
+    "coalesce",
+    "repartition",
+    "zipWithIndex",
     "cache",
     "persist",
     "unpersist",
@@ -332,6 +336,30 @@ class CapturedRDD:
         n = self.node.num_partitions + other.node.num_partitions
         name = self.lc.planner.node_name("union")
         return self._derive(PlanNode("union", name, n, (self.node, other.node), start=UnionStart()))
+
+    def coalesce(self, numPartitions: int, shuffle: bool = False) -> CapturedRDD:
+        """PySpark's: the records dealt into `numPartitions` partitions (merged, or shuffled
+        in batches when `shuffle`), each keeping its id (and so its lineage)."""
+        if numPartitions <= 0:
+            raise ValueError(f"Number of partitions must be positive, got {numPartitions}")
+        name = self.lc.planner.node_name("repartition" if shuffle else "coalesce")
+        start = UnionStart(coalesce=(numPartitions, shuffle))
+        return self._derive(PlanNode("union", name, numPartitions, (self.node,), start=start))
+
+    def repartition(self, numPartitions: int) -> CapturedRDD:
+        return self.coalesce(numPartitions, shuffle=True)
+
+    def zipWithIndex(self) -> CapturedRDD:
+        """PySpark's: (record, its index in the RDD's order); a job that captures nothing
+        counts each partition first. Each pair derives from its record."""
+        starts = [0]
+        if self.node.num_partitions > 1:
+            job = self._compiler.build(self.node, OutputSink(None, "count"), capture=False)
+            with capture_python(self.lc.sc):
+                counts = job.collect()
+            for c in counts[:-1]:
+                starts.append(starts[-1] + int(c))
+        return self.mapPartitionsWithIndex(partial(_indexed, starts), lineage="record")
 
     def persist(self, storageLevel: Any = None) -> CapturedRDD:
         """PySpark's (this RDD, kept at `storageLevel`, MEMORY_ONLY by default): Spark keeps
@@ -665,6 +693,11 @@ def _max_by(key: Callable, a: Any, b: Any) -> Any:
 
 def _min_by(key: Callable, a: Any, b: Any) -> Any:
     return min(a, b, key=key)
+
+
+def _indexed(starts: list[int], split: int, iterator: Iterable[Any]) -> Iterator[tuple]:
+    for i, x in enumerate(iterator, starts[split]):
+        yield (x, i)
 
 
 def _with_one(x: Any) -> tuple[Any, int]:

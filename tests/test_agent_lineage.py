@@ -420,6 +420,44 @@ def test_cache_keeps_records_and_their_lineage(src, lc):
     assert calls.value == 2 * n
 
 
+# (the RDD built, the source record each of its records comes from)
+REDEALT: dict[str, tuple[Callable, Callable]] = {
+    "coalesce": (lambda r: r.coalesce(2), lambda out: out),
+    "repartition": (lambda r: r.repartition(3), lambda out: out),
+    "maps around a repartition": (
+        lambda r: r.map(lambda x: x[2]).repartition(5).map(lambda v: v * 10),
+        lambda out: PAIRS[out // 10],
+    ),
+    "zipWithIndex after a filter": (
+        lambda r: r.filter(lambda x: x[2] % 3).zipWithIndex(),
+        lambda out: out[0],
+    ),
+    "zipWithIndex after a repartition": (
+        lambda r: r.repartition(3).zipWithIndex(),
+        lambda out: out[0],
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(REDEALT))
+def test_coalesce_repartition_zip_with_index(src, lc, case):
+    # Vanilla's records in vanilla's partitions (zipWithIndex: vanilla's indexes), each
+    # traced to its own source record.
+    build, source_of = REDEALT[case]
+    cap, van, _ref = src.table(PAIRS, 4)
+    out = build(cap)
+    parts = [Counter(map(norm, p)) for p in build(van).glom().collect()]
+    got = out.collect()
+    assert out.getNumPartitions() == len(parts)
+    lin = out.lineage()
+    _, where, _ = unpack_record_ids(lin.record_ids)
+    for p, part in enumerate(parts):
+        assert Counter(norm(v) for v, w in zip(got, where.tolist()) if w == p) == part
+    for rid, value in zip(lin.record_ids.tolist(), got):
+        back = LineageRDD(lc.repo, lc.run_id, np.array([rid])).go_back_all().collect()
+        assert back == [source_of(value)]
+
+
 def test_take_and_first_trace_to_their_inputs(src, lc):
     cap, van, _ref = src.text()
     words = cap.flatMap(lambda line: line.split("|")[1].split())
@@ -484,8 +522,8 @@ def test_save_as_text_file_locates_every_output(src, lc, tmp_path):
 
 def test_uncovered_operation_fails_loud(src):
     cap, _, _ = src.text()
-    with pytest.raises(UnsupportedOperation, match=r"RDD\.zipWithIndex\(\)"):
-        cap.zipWithIndex()
+    with pytest.raises(UnsupportedOperation, match=r"RDD\.top\(\)"):
+        cap.top(3)
     with pytest.raises(UnsupportedOperation, match="cartesian"):
         cap.cartesian(cap)
 
