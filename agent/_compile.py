@@ -193,6 +193,14 @@ class SparkCompiler:
             spec = ShuffleInput(s.cp, "sort", sort_ascending=ascending, sort_keyfunc=keyfunc)
         return spec, shuffled
 
+    def partition_counts(self, node: PlanNode, replay: ReplayPlan | None = None) -> list[int]:
+        """How many records each partition of `node` has (a job that captures nothing)."""
+        counter = self.build(
+            node, OutputSink(None, "count", capture_values=False), capture=False, replay=replay
+        )
+        with capture_python(self.sc):  # the job builds its Python function
+            return [int(c) for c in counter.collect()]
+
     def range_bounds(
         self,
         parent: PlanNode,
@@ -203,10 +211,7 @@ class SparkCompiler:
         """sortByKey's range boundaries from a sample of keys (jobs that capture nothing)."""
         if n <= 1:
             return []
-        counter = self.build(
-            parent, OutputSink(None, "count", capture_values=False), capture=False, replay=replay
-        )
-        size = int(sum(counter.collect()))
+        size = sum(self.partition_counts(parent, replay))
         if size == 0:
             return []
         fraction = min(n * 20.0 / size, 1.0)

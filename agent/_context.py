@@ -242,7 +242,7 @@ class LineageContext:
         op: str,
         rdd: Any,
         parents: Iterable[int],
-        around: Callable[[str], Any],
+        around: Callable[[], Any],
         fields: list[str] | None,
     ) -> CapturedRDD:
         """An RDD of rows whose lineage is known: `rdd` (a PySpark RDD of a DataFrame's Rows)

@@ -48,12 +48,12 @@ class FrameSource:
     """A captured DataFrame's rows (`df.rdd`): `rdd` (a PySpark RDD) yields Rows whose last
     field holds the row's DataFrame lineage (one id, None, or a list); each row becomes a
     record whose parents are its ids, handed on as a Row of `fields` (None: its first value).
-    `around(action)`: a context manager the DataFrame agent puts around every action that
-    reads these rows (its UDF failures blamed)."""
+    `around()`: a context manager the DataFrame agent puts around every action that reads
+    these rows (its UDF failures blamed)."""
 
     cp: CapturePoint
     rdd: Any
-    around: Callable[[str], AbstractContextManager[Any]]
+    around: Callable[[], AbstractContextManager[Any]]
     fields: list[str] | None
 
 

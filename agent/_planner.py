@@ -243,10 +243,10 @@ class Planner:
         error: BaseException | None = None
         try:
             with capture_python(self._sc, modules), ExitStack() as frames:
-                # Rows of DataFrames read (`df.rdd`): their agent's own preparations and
-                # failure handling, as around its own actions.
+                # Rows of DataFrames read (`df.rdd`): their agent's failure handling, as
+                # around its own actions.
                 for s in node.frame_sources() if node is not None else ():
-                    frames.enter_context(s.around(cp.component_id))
+                    frames.enter_context(s.around())
                 yield  # the action builds the last Python function in here
             with self._lock:
                 if node is not None:

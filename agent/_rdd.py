@@ -21,7 +21,6 @@ from pyspark.rdd import RDD, portable_hash
 from pyspark.resultiterable import ResultIterable
 
 from ._deferred import defer_plan
-from ._interpreter import capture_python
 from ._plan import (
     AggregateShuffle,
     Captures,
@@ -109,8 +108,11 @@ class CapturedRDD:
         self.node = node  # this RDD's place in the typed capture plan
         self._compiler = compiler
         self.last_output: CapturePoint | None = None
-        self.is_cached = False
         self._persisted: PlanNode | None = None  # the node before persist()
+
+    @property
+    def is_cached(self) -> bool:
+        return self._persisted is not None
 
     @property
     def name(self) -> str:
@@ -354,11 +356,8 @@ class CapturedRDD:
         counts each partition first. Each pair derives from its record."""
         starts = [0]
         if self.node.num_partitions > 1:
-            job = self._compiler.build(self.node, OutputSink(None, "count"), capture=False)
-            with capture_python(self.lc.sc):
-                counts = job.collect()
-            for c in counts[:-1]:
-                starts.append(starts[-1] + int(c))
+            for c in self._compiler.partition_counts(self.node)[:-1]:
+                starts.append(starts[-1] + c)
         return self.mapPartitionsWithIndex(partial(_indexed, starts), lineage="record")
 
     def persist(self, storageLevel: Any = None) -> CapturedRDD:
@@ -377,7 +376,6 @@ class CapturedRDD:
         n = self.node.num_partitions
         self._persisted = self.node
         self.node = PlanNode("union", name, n, (self.node,), start=UnionStart(storage=level))
-        self.is_cached = True
         return self
 
     def cache(self) -> CapturedRDD:
@@ -387,7 +385,6 @@ class CapturedRDD:
         if self._persisted is not None:
             self._compiler.unpersist(self.node, blocking)
             self.node, self._persisted = self._persisted, None
-        self.is_cached = False
         return self
 
     def sortByKey(

@@ -859,9 +859,8 @@ class LineageDataFrame:
     def _before_job(self, what: str, runs: bool) -> None:
         """A call that runs a job over the rows now (an eager checkpoint) numbers its scans'
         rows as an action does: their plans are brought up to date first."""
-        hook = self._agent.plumbing.before_action
-        if runs and hook is not None:
-            hook(self, what)
+        if runs:
+            self._agent.plumbing.prepare(self, what)
 
     def observe(self, observation: Any, *exprs: Any) -> LineageDataFrame:
         """Spark's metrics over the rows that pass (the hidden ids are not among them: a
@@ -1282,23 +1281,23 @@ class LineageDataFrame:
         """`f` on every row, on the executors. Each row `f` returned on is an output record
         (SEND) made from the row's sources; a row it raised on is a culprit (FAIL), and under
         on_error="skip" the job goes on without it."""
-        from ._rows import rows_rdd
-
-        if not self._lin:
-            return self._df.foreach(f)
-        rows = rows_rdd(self, once="foreach")
-        rows.foreach(f)
-        self.last_output = rows.last_output
+        self._each("foreach", f)
 
     def foreachPartition(self, f: Callable[[Any], Any]) -> None:
         """`f` on each partition's iterator of rows. One output record per partition, made
         from the sources of every row that reached `f`."""
+        self._each("foreachPartition", f)
+
+    def _each(self, action: str, f: Callable[[Any], Any]) -> None:
+        """`action(f)` on the rows as an RDD of the lineage agent, made for this one action
+        (so any row order will do)."""
         from ._rows import rows_rdd
 
         if not self._lin:
-            return self._df.foreachPartition(f)
-        rows = rows_rdd(self, once="foreachPartition")
-        rows.foreachPartition(f)
+            getattr(self._df, action)(f)
+            return
+        rows = rows_rdd(self, once=action)
+        getattr(rows, action)(f)
         self.last_output = rows.last_output
 
     @property

@@ -100,20 +100,32 @@ def _split_rows(frame: LineageDataFrame, rows: list) -> tuple[list, list[list]]:
     """(rows without hidden columns, each row's hidden values in `lin.names` order)."""
     if not rows:
         return [], []
+    split = _splitter(frame, rows[0])
+    out, lin = [], []
+    for r in rows:
+        row, hidden = split(r)
+        out.append(row)
+        lin.append(hidden)
+    return out, lin
+
+
+def _splitter(frame: LineageDataFrame, first: Any) -> Callable[[Any], tuple[Any, list]]:
+    """row -> (the row without hidden columns, its hidden values in `lin.names` order), for
+    rows shaped as `first`."""
     # The rows name their fields: no schema to ask of Spark (a round trip; an RPC under
     # Spark Connect).
-    names = getattr(rows[0], "__fields__", None) or frame._all_columns
+    names = getattr(first, "__fields__", None) or frame._all_columns
     visible = [i for i, n in enumerate(names) if not is_hidden(n)]
     fields = [names[i] for i in visible]
     hidden = [names.index(h) for h in frame._lin.names]
-    out, lin = [], []
-    for r in rows:
+
+    def split(r: Any) -> tuple[Any, list]:
         t = tuple(r)
         row = Row(*[t[i] for i in visible])
         row.__fields__ = list(fields)
-        out.append(row)
-        lin.append([t[i] for i in hidden])
-    return out, lin
+        return row, [t[i] for i in hidden]
+
+    return split
 
 
 def _head(parents: Parents, n: int) -> Parents:
@@ -209,6 +221,7 @@ class Outputs:
         rows: list = []
         hidden: list[list] = []
         batches = 0
+        split: Callable[[Any], tuple[Any, list]] | None = None
 
         def journal() -> None:
             nonlocal rows, hidden, batches
@@ -226,7 +239,8 @@ class Outputs:
         with plumbing.action(frame, cp):
             try:
                 for got in source:
-                    (row,), (ids,) = _split_rows(frame, [got])
+                    split = split or _splitter(frame, got)
+                    row, ids = split(got)
                     rows.append(row)
                     hidden.append(ids)
                     yield row

@@ -126,27 +126,24 @@ class Plumbing:
     def action(self, frame: Any, cp: CapturePoint) -> Iterator[None]:
         """Around an action: describe the run and roll over afterwards; the frame's
         `lineage()` is then this action's output."""
-        self._prepare(frame, cp.component_id)
+        self.prepare(frame, cp.component_id)
         with self._planner.action(cp):
             if not self.released:
                 self.frames_of[cp.number] = frame
-            with self._blaming(frame):
+            with self.blaming(frame):
                 yield
             frame.last_output = cp
 
-    @contextmanager
-    def around(self, frame: Any, component_id: str) -> Iterator[None]:
-        """What an action of the RDD agent reading `frame`'s rows (`df.rdd`) needs of this
-        agent: failures handed to `on_failure` (UDF culprits)."""
-        with self._blaming(frame):
-            yield
-
-    def _prepare(self, frame: Any, component_id: str) -> None:
+    def prepare(self, frame: Any, what: str) -> None:
+        """Before Spark plans `frame`'s query for good (an action; `df.rdd`, once): its
+        scans planned under the settings of the moment (see `_reader.ScanPlans`)."""
         if self.before_action is not None:
-            self.before_action(frame, component_id)
+            self.before_action(frame, what)
 
     @contextmanager
-    def _blaming(self, frame: Any) -> Iterator[None]:
+    def blaming(self, frame: Any) -> Iterator[None]:
+        """Errors raised inside are handed to `on_failure` (UDF culprits) with `frame`: around
+        this agent's actions and the RDD agent's that read `frame`'s rows (`df.rdd`)."""
         try:
             yield
         except Exception as error:
@@ -167,11 +164,6 @@ class Plumbing:
         if lc is None:
             raise RuntimeError("the LineageContext of this DataFrame is gone")
         return lc.rows_rdd(op, rdd, parents, around, fields)
-
-    def prepare(self, frame: Any, what: str) -> None:
-        """Before Spark plans `frame`'s query for good (`df.rdd` does, once): its scans
-        planned as for an action (see `_reader.ScanPlans`)."""
-        self._prepare(frame, what)
 
     def lineage_of(self, cp: CapturePoint) -> LineageRDD:
         return self._planner.lineage_of(cp)

@@ -81,5 +81,5 @@ def _captured(op: str, frame: LineageDataFrame, cols: list, fields: list[str] | 
     df = frame._df.select(*cols, _ids(frame._lin).alias(fresh()))
     # `df.rdd` plans the query now, the scans' partitions with it: their ids' plan too.
     plumbing.prepare(frame, op)
-    around = partial(plumbing.around, frame)
+    around = partial(plumbing.blaming, frame)
     return plumbing.rows_rdd(op, df.rdd, sorted(frame._lin.cps), around, fields)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from .._rdd import UnsupportedOperation
 from ._tap import TapSpec, WriteTap
@@ -15,30 +15,40 @@ if TYPE_CHECKING:
     from ._frame import LineageDataFrame
 
 _MODULES = ("agent.dataframe._tap",)
+_W = TypeVar("_W", bound="_Chained")
 
 
-class LineageWriter:
+class _Chained:
+    """A writer's settings, recorded and replayed on vanilla's writer when it writes."""
+
+    _vanilla = "DataFrameWriter"
+
     def __init__(self, frame: LineageDataFrame) -> None:
         self._frame = frame
         self._calls: list[tuple[str, tuple, dict]] = []
-        self._format: str | None = None
 
-    def _chain(self, name: str, *args: Any, **kwargs: Any) -> LineageWriter:
+    def _chain(self: _W, name: str, *args: Any, **kwargs: Any) -> _W:
         self._calls.append((name, args, kwargs))
         return self
 
+    def option(self: _W, key: str, value: Any) -> _W:
+        return self._chain("option", key, value)
+
+    def options(self: _W, **options: Any) -> _W:
+        return self._chain("options", **options)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        raise UnsupportedOperation(f"{self._vanilla}.{name} with lineage capture")
+
+
+class LineageWriter(_Chained):
     def mode(self, saveMode: str | None) -> LineageWriter:
         return self._chain("mode", saveMode)
 
     def format(self, source: str) -> LineageWriter:
-        self._format = source
         return self._chain("format", source)
-
-    def option(self, key: str, value: Any) -> LineageWriter:
-        return self._chain("option", key, value)
-
-    def options(self, **options: Any) -> LineageWriter:
-        return self._chain("options", **options)
 
     def partitionBy(self, *cols: Any) -> LineageWriter:
         return self._chain("partitionBy", *cols)
@@ -73,33 +83,19 @@ class LineageWriter:
     def insertInto(self, tableName: str, overwrite: bool | None = None) -> None:
         self._run("insertInto", f"table:{tableName}", tableName, overwrite)
 
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("_"):
-            raise AttributeError(name)
-        raise UnsupportedOperation(f"DataFrameWriter.{name} with lineage capture")
 
-
-class LineageWriterV2:
+class LineageWriterV2(_Chained):
     """`df.writeTo(table)`: DataFrameWriterV2's shape (Iceberg, Delta and other catalog
     tables), its rows journaled by the same tap, the output location `table:<name>`."""
 
-    def __init__(self, frame: LineageDataFrame, table: str) -> None:
-        self._frame = frame
-        self._table = table
-        self._calls: list[tuple[str, tuple, dict]] = []
+    _vanilla = "DataFrameWriterV2"
 
-    def _chain(self, name: str, *args: Any, **kwargs: Any) -> LineageWriterV2:
-        self._calls.append((name, args, kwargs))
-        return self
+    def __init__(self, frame: LineageDataFrame, table: str) -> None:
+        super().__init__(frame)
+        self._table = table
 
     def using(self, provider: str) -> LineageWriterV2:
         return self._chain("using", provider)
-
-    def option(self, key: str, value: Any) -> LineageWriterV2:
-        return self._chain("option", key, value)
-
-    def options(self, **options: Any) -> LineageWriterV2:
-        return self._chain("options", **options)
 
     def tableProperty(self, property: str, value: str) -> LineageWriterV2:
         return self._chain("tableProperty", property, value)
@@ -139,11 +135,6 @@ class LineageWriterV2:
 
     def overwritePartitions(self) -> None:
         self._run("overwritePartitions")
-
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("_"):
-            raise AttributeError(name)
-        raise UnsupportedOperation(f"DataFrameWriterV2.{name} with lineage capture")
 
 
 def _write(
